@@ -1,0 +1,118 @@
+//! The narrow disk trait every Mariner component does its I/O through.
+//!
+//! Five operations (`read_at`, `write_at`, `sync`, `len`, `set_len`) plus two for thin
+//! provisioning (`punch_hole`, `allocation`). Implementations:
+//!
+//! - [`FileDisk`]: a regular file or block device, optionally opened with `O_DIRECT` / `O_DSYNC`.
+//! - [`MemDisk`]: memory only, for unit tests.
+//! - [`FaultyDisk`]: keeps a *live* and a *durable* image; can crash (drop every unsynced
+//!   write), tear in-flight writes, corrupt sectors and fail the next I/O. The fault model of
+//!   STYLE.md (redb `crash_consistency.rs`, TigerBeetle `testing/storage.zig`).
+//! - [`VolatileDisk`]: wraps a file and holds writes in memory until `sync`, so a process killed
+//!   with `kill -9` loses exactly what it had not synced. Used by the crash tests of the real
+//!   binary: a build that acknowledges before syncing fails them.
+//!
+//! All offsets and lengths are bytes, `u64`. Reads past the end fail with `UnexpectedEof`.
+
+use std::io;
+
+mod aligned;
+mod extent;
+mod faulty;
+mod file;
+mod mem;
+mod range;
+mod rng;
+mod volatile;
+
+pub use aligned::AlignedBuf;
+pub use faulty::{CrashMode, Faults, FaultyDisk, DEFAULT_SECTOR_SIZE};
+pub use file::{FileDisk, OpenOptions};
+pub use mem::MemDisk;
+pub use volatile::VolatileDisk;
+
+/// One extent of a [`Disk::allocation`] answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Extent {
+    pub offset: u64,
+    pub len: u64,
+    /// `false`: a hole, reads as zeros and costs no space.
+    pub allocated: bool,
+}
+
+/// The disk trait. Implementations must be usable from several threads at once; writes to
+/// disjoint ranges may proceed in parallel.
+// `len` is fallible I/O, not a container size; an `is_empty` would only add a second syscall.
+#[allow(clippy::len_without_is_empty)]
+pub trait Disk: Send + Sync + std::fmt::Debug {
+    /// Fill `buf` from `offset`. Fails with `UnexpectedEof` if the range passes the end.
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
+    /// Write all of `buf` at `offset`. Not durable until [`Disk::sync`] returns.
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
+    /// Make every completed write durable (fdatasync). An error here is final: callers must not
+    /// retry and assume the data is safe (the fsync-gate lesson).
+    fn sync(&self) -> io::Result<()>;
+    /// Current length in bytes.
+    fn len(&self) -> io::Result<u64>;
+    /// Grow or shrink. Growing adds a hole.
+    fn set_len(&self, len: u64) -> io::Result<()>;
+    /// Deallocate `[offset, offset+len)`: it reads back as zeros afterwards. Files punch a hole;
+    /// the default writes zeros.
+    fn punch_hole(&self, offset: u64, len: u64) -> io::Result<()> {
+        write_zeros(self, offset, len)
+    }
+    /// Allocated and unallocated extents covering `[offset, offset+len)`, in order. The default
+    /// reports everything allocated.
+    fn allocation(&self, offset: u64, len: u64) -> io::Result<Vec<Extent>> {
+        Ok(vec![Extent {
+            offset,
+            len,
+            allocated: true,
+        }])
+    }
+    /// Whether `write_at` needs buffers, offsets and lengths aligned to this many bytes
+    /// (`O_DIRECT`). 1 when any alignment works.
+    fn alignment(&self) -> usize {
+        1
+    }
+}
+
+/// Writes zeros over a range in bounded chunks.
+pub fn write_zeros<D: Disk + ?Sized>(disk: &D, offset: u64, len: u64) -> io::Result<()> {
+    const CHUNK: usize = 1 << 20;
+    let zeros = vec![0u8; usize::try_from(len).map_or(CHUNK, |len| len.min(CHUNK))];
+    let mut done = 0u64;
+    while done < len {
+        let n = usize::try_from(len - done).map_or(zeros.len(), |left| left.min(zeros.len()));
+        disk.write_at(&zeros[..n], offset + done)?;
+        done += n as u64;
+    }
+    Ok(())
+}
+
+impl<D: Disk + ?Sized> Disk for std::sync::Arc<D> {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        (**self).read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        (**self).write_at(buf, offset)
+    }
+    fn sync(&self) -> io::Result<()> {
+        (**self).sync()
+    }
+    fn len(&self) -> io::Result<u64> {
+        (**self).len()
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        (**self).set_len(len)
+    }
+    fn punch_hole(&self, offset: u64, len: u64) -> io::Result<()> {
+        (**self).punch_hole(offset, len)
+    }
+    fn allocation(&self, offset: u64, len: u64) -> io::Result<Vec<Extent>> {
+        (**self).allocation(offset, len)
+    }
+    fn alignment(&self) -> usize {
+        (**self).alignment()
+    }
+}

@@ -1,0 +1,148 @@
+//! [`FileDisk`] specifics: sparse files, `O_DIRECT`, open options.
+
+use std::io;
+
+use mariner_disk::{AlignedBuf, Disk, Extent, FileDisk, OpenOptions};
+
+use crate::contract::check_allocation;
+use crate::{disk_path, pattern, read_all, tempdir};
+
+const KIB: u64 = 1024;
+
+fn ext(offset: u64, len: u64, allocated: bool) -> Extent {
+    Extent {
+        offset,
+        len,
+        allocated,
+    }
+}
+
+#[test]
+fn allocation_reports_a_punched_hole() -> io::Result<()> {
+    let dir = tempdir()?;
+    let disk = FileDisk::create_sized(disk_path(&dir), 1024 * KIB)?;
+    assert_eq!(
+        disk.allocation(0, 1024 * KIB)?,
+        vec![ext(0, 1024 * KIB, false)]
+    );
+
+    disk.write_at(&pattern(1024 * 1024, 9), 0)?;
+    disk.sync()?;
+    disk.punch_hole(256 * KIB, 256 * KIB)?;
+    let expected = vec![
+        ext(0, 256 * KIB, true),
+        ext(256 * KIB, 256 * KIB, false),
+        ext(512 * KIB, 512 * KIB, true),
+    ];
+    assert_eq!(disk.allocation(0, 1024 * KIB)?, expected);
+    assert_eq!(
+        disk.allocation(300 * KIB, 10 * KIB)?,
+        vec![ext(300 * KIB, 10 * KIB, false)]
+    );
+    assert_eq!(
+        disk.allocation(100 * KIB, 200 * KIB)?,
+        vec![
+            ext(100 * KIB, 156 * KIB, true),
+            ext(256 * KIB, 44 * KIB, false)
+        ]
+    );
+    check_allocation(&disk, 0, 1024 * KIB)?;
+    // Past the end of the file is a hole too, and the length did not change.
+    assert_eq!(
+        disk.allocation(1024 * KIB, 4 * KIB)?,
+        vec![ext(1024 * KIB, 4 * KIB, false)]
+    );
+    assert_eq!(disk.len()?, 1024 * KIB);
+    Ok(())
+}
+
+#[test]
+fn punch_past_the_end_does_not_grow_the_file() -> io::Result<()> {
+    let dir = tempdir()?;
+    let disk = FileDisk::create_sized(disk_path(&dir), 8 * KIB)?;
+    disk.write_at(&[7; 8192], 0)?;
+    disk.punch_hole(6 * KIB, 100 * KIB)?;
+    assert_eq!(disk.len()?, 8 * KIB);
+    let image = read_all(&disk)?;
+    assert!(image[..6144].iter().all(|&b| b == 7));
+    assert!(image[6144..].iter().all(|&b| b == 0));
+    Ok(())
+}
+
+#[test]
+fn direct_io_works_with_aligned_buffers() -> io::Result<()> {
+    let dir = tempdir()?;
+    let options = OpenOptions::new().create(true).direct(true);
+    let disk = FileDisk::open(disk_path(&dir), &options)?;
+    assert_eq!(disk.alignment(), 4096);
+    disk.set_len(64 * KIB)?;
+
+    let mut buf = AlignedBuf::new(8192, disk.alignment())?;
+    buf.copy_from_slice(&pattern(8192, 5));
+    disk.write_at(&buf, 4096)?;
+    disk.sync()?;
+    let mut back = AlignedBuf::new(8192, disk.alignment())?;
+    disk.read_at(&mut back, 4096)?;
+    assert_eq!(&back[..], &buf[..]);
+
+    // Unaligned offsets, lengths or memory are refused up front.
+    let unaligned = [
+        disk.write_at(&buf[..4096], 100),
+        disk.write_at(&buf[..100], 0),
+        disk.write_at(&buf[1..4097], 0),
+    ];
+    for result in unaligned {
+        assert_eq!(
+            result.err().map(|e| e.kind()),
+            Some(io::ErrorKind::InvalidInput)
+        );
+    }
+
+    disk.punch_hole(4096, 4096)?;
+    disk.read_at(&mut back, 4096)?;
+    assert!(back[..4096].iter().all(|&b| b == 0));
+    assert_eq!(&back[4096..], &buf[4096..]);
+    let mut past_end = AlignedBuf::new(4096, 4096)?;
+    let err = disk
+        .read_at(&mut past_end, 64 * KIB)
+        .err()
+        .map(|e| e.kind());
+    assert_eq!(err, Some(io::ErrorKind::UnexpectedEof));
+    Ok(())
+}
+
+#[test]
+fn dsync_and_read_only_options() -> io::Result<()> {
+    let dir = tempdir()?;
+    let path = disk_path(&dir);
+    let disk = FileDisk::open(&path, &OpenOptions::new().create(true).dsync(true))?;
+    disk.write_at(b"durable", 0)?;
+    disk.sync()?;
+    drop(disk);
+
+    let reader = FileDisk::open(&path, &OpenOptions::new().read_only(true))?;
+    assert_eq!(read_all(&reader)?, b"durable");
+    assert!(reader.write_at(b"x", 0).is_err());
+    assert!(!reader.is_block_device());
+    Ok(())
+}
+
+#[test]
+fn open_without_create_fails_on_a_missing_file() -> io::Result<()> {
+    let dir = tempdir()?;
+    let err = FileDisk::open(disk_path(&dir), &OpenOptions::new())
+        .err()
+        .map(|e| e.kind());
+    assert_eq!(err, Some(io::ErrorKind::NotFound));
+    Ok(())
+}
+
+#[test]
+fn writes_past_the_end_grow_the_file() -> io::Result<()> {
+    let dir = tempdir()?;
+    let disk = FileDisk::create_sized(disk_path(&dir), 0)?;
+    disk.write_at(b"abc", 10)?;
+    assert_eq!(disk.len()?, 13);
+    assert_eq!(read_all(&disk)?, b"\0\0\0\0\0\0\0\0\0\0abc");
+    Ok(())
+}

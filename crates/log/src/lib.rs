@@ -1,0 +1,509 @@
+//! The Trail log: every write is made durable here, in a fast sequential log on one or more
+//! log devices, before it is acknowledged (trail-paper.md §2, mariner-paper.md §4).
+//!
+//! - [`format`]: the superblock and record layouts (pure; docs/FORMATS.md).
+//! - [`scan`]: parsing segments back, stopping at torn or stale records.
+//! - `recover`: merging devices by sequence number, voiding gaps, deciding where to resume.
+//! - `writer`: the dispatcher thread running the placement policy (mariner-placement) and one
+//!   I/O thread per device.
+//!
+//! Consumers (the current-image store now; history and replicas later) learn of durable records
+//! through a [`DurableSink`] and tell the log how far they are durable with [`Log::release`]; log
+//! space is reused only behind the minimum of what they released (the caller passes that
+//! minimum).
+
+pub mod format;
+pub mod scan;
+pub mod stats;
+
+mod error;
+mod recover;
+mod writer;
+
+use std::sync::mpsc::Sender;
+use std::sync::{Arc, Mutex};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use mariner_disk::{AlignedBuf, Disk};
+use mariner_placement::{LinearModel, Policy, PolicyConfig};
+use tokio::sync::oneshot;
+
+pub use error::{FormatError, LogError};
+pub use format::{LogAddr, RecordHeader, RecordKind, Superblock, DATA_OFFSET, RECORD_HEADER_LEN};
+pub use recover::Recovery;
+pub use scan::Found;
+pub use stats::{Histogram, LogStats};
+
+use writer::Msg;
+
+/// How the log is laid out and batches.
+#[derive(Debug, Clone)]
+pub struct LogConfig {
+    /// Segment (track) size. A record never spans segments, so this bounds the largest write.
+    pub segment_bytes: u64,
+    /// Batches start on multiples of this (512, or 4096 for `O_DIRECT`).
+    pub align_bytes: u32,
+    /// mariner-paper.md §4 `T_wait`, in nanoseconds.
+    pub t_wait_ns: u64,
+    /// mariner-paper.md eq. 2 `T_switch`; infinity disables early track switches.
+    pub t_switch: f64,
+    /// Send a gathering batch as soon as its device is idle.
+    pub dispatch_on_idle: bool,
+    /// Call `sync` after each write. False only when the devices were opened with `O_DSYNC`.
+    pub sync_each_write: bool,
+    /// Cost model of the devices for choosing the next active device.
+    pub model: LinearModel,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self {
+            segment_bytes: 4 << 20,
+            align_bytes: 512,
+            t_wait_ns: 50_000,
+            t_switch: f64::INFINITY,
+            dispatch_on_idle: true,
+            sync_each_write: true,
+            model: LinearModel::default(),
+        }
+    }
+}
+
+/// One record to append.
+#[derive(Debug, Clone)]
+pub struct Entry {
+    pub kind: RecordKind,
+    pub volume: u32,
+    /// Volume byte offset.
+    pub offset: u64,
+    /// Bytes covered; equals `payload.len()` for writes.
+    pub length: u32,
+    /// Data for writes; empty otherwise.
+    pub payload: Bytes,
+}
+
+impl Entry {
+    pub fn write(volume: u32, offset: u64, payload: Bytes) -> Self {
+        let length = u32::try_from(payload.len()).unwrap_or(u32::MAX);
+        Self {
+            kind: RecordKind::Write,
+            volume,
+            offset,
+            length,
+            payload,
+        }
+    }
+    pub fn extent(kind: RecordKind, volume: u32, offset: u64, length: u32) -> Self {
+        Self {
+            kind,
+            volume,
+            offset,
+            length,
+            payload: Bytes::new(),
+        }
+    }
+    fn payload_len(&self) -> u32 {
+        if self.kind.has_payload() {
+            self.length
+        } else {
+            0
+        }
+    }
+}
+
+/// A record is durable: what the log says to its waiter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Appended {
+    pub seq: u64,
+    pub timestamp_ns: u64,
+    pub addr: LogAddr,
+}
+
+/// A durable record as handed to consumers.
+#[derive(Debug, Clone)]
+pub struct Durable {
+    pub header: RecordHeader,
+    pub addr: LogAddr,
+    pub payload: Bytes,
+}
+
+/// Consumers of durable records. Called on the dispatcher thread, in completion order (not
+/// sequence order: devices finish out of order), before the writers are acknowledged. Must be
+/// quick and must not call back into the log.
+pub trait DurableSink: Send + Sync {
+    fn durable(&self, records: &[Durable]);
+}
+
+/// The future an append resolves through.
+pub type AppendFuture = oneshot::Receiver<Result<Appended, LogError>>;
+
+/// A handle on an open log. Cheap to clone.
+#[derive(Clone)]
+pub struct Log {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    tx: Mutex<Sender<Msg>>,
+    devices: Vec<Arc<dyn Disk>>,
+    sb: Superblock,
+    stats: Arc<LogStats>,
+    failed: Arc<Mutex<Option<String>>>,
+    threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
+    max_payload: u32,
+}
+
+impl std::fmt::Debug for Log {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Log")
+            .field("superblock", &self.inner.sb)
+            .finish()
+    }
+}
+
+fn now_ns() -> u64 {
+    let d = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    u64::try_from(d).unwrap_or(u64::MAX)
+}
+
+/// Reads device `dev`'s superblock.
+pub fn read_superblock(disk: &dyn Disk, dev: usize) -> Result<Superblock, LogError> {
+    let align = disk.alignment().max(512);
+    let io = |source| LogError::Io { dev, source };
+    let mut buf = AlignedBuf::new(align.max(format::SUPERBLOCK_LEN), align).map_err(io)?;
+    disk.read_at(&mut buf, 0)
+        .map_err(|source| LogError::Io { dev, source })?;
+    Superblock::decode(&buf).map_err(|source| LogError::NotFormatted { dev, source })
+}
+
+impl Log {
+    /// Writes a superblock to every device, making them one new log with id `log_id`. Refuses
+    /// a device that already holds a valid Mariner superblock.
+    pub fn format(
+        devices: &[Arc<dyn Disk>],
+        cfg: &LogConfig,
+        log_id: u128,
+    ) -> Result<(), LogError> {
+        check_config(cfg)?;
+        let count = u16::try_from(devices.len())
+            .ok()
+            .filter(|&c| c > 0 && c <= 64)
+            .ok_or_else(|| LogError::Config("between 1 and 64 log devices".into()))?;
+        let mut sbs = Vec::with_capacity(devices.len());
+        for (dev, disk) in devices.iter().enumerate() {
+            if read_superblock(disk.as_ref(), dev).is_ok() {
+                return Err(LogError::AlreadyFormatted { dev });
+            }
+            sbs.push(new_superblock(disk.as_ref(), dev, count, cfg, log_id)?);
+        }
+        // Every device gets the same number of segments: the smallest device decides.
+        let segments = sbs.iter().map(|s| s.segment_count).min().unwrap_or(0);
+        for (dev, (disk, mut sb)) in devices.iter().zip(sbs).enumerate() {
+            sb.segment_count = segments;
+            let align = disk.alignment().max(cfg.align_bytes as usize);
+            let io = |source| LogError::Io { dev, source };
+            let mut buf = AlignedBuf::new(align.max(4096), align).map_err(io)?;
+            buf[..format::SUPERBLOCK_LEN].copy_from_slice(&sb.encode());
+            disk.write_at(&buf, 0).map_err(io)?;
+            disk.sync().map_err(io)?;
+        }
+        Ok(())
+    }
+
+    /// Opens a formatted log: checks every superblock against `log_id` and the device order,
+    /// runs recovery, writes void records for sequence numbers that never became durable, and
+    /// starts the writer. `after_seq`/`after_ts`: the consumers' durable watermark.
+    pub fn open(
+        devices: Vec<Arc<dyn Disk>>,
+        cfg: LogConfig,
+        log_id: u128,
+        after_seq: u64,
+        after_ts: u64,
+        sink: Arc<dyn DurableSink>,
+    ) -> Result<(Self, Recovery), LogError> {
+        check_config(&cfg)?;
+        let sbs = check_superblocks(&devices, log_id)?;
+        let sb = sbs[0];
+        if u64::from(cfg.align_bytes) != u64::from(sb.align_bytes) {
+            return Err(LogError::Config(format!(
+                "log was formatted with {}-byte alignment, configured {}",
+                sb.align_bytes, cfg.align_bytes
+            )));
+        }
+        let (recovery, resume) = recover::recover(&devices, &sbs, after_seq, after_ts)?;
+        let stats = Arc::new(LogStats::default());
+        let total = sb.segment_count * devices.len() as u64;
+        stats
+            .segments_total
+            .store(total, std::sync::atomic::Ordering::Relaxed);
+        let used: u64 = resume.in_use.iter().map(|d| d.len() as u64).sum();
+        stats
+            .segments_used
+            .store(used, std::sync::atomic::Ordering::Relaxed);
+        let policy_cfg = PolicyConfig {
+            t_wait_ns: cfg.t_wait_ns,
+            t_switch: cfg.t_switch,
+            dispatch_on_idle: cfg.dispatch_on_idle,
+            align_bytes: u64::from(sb.align_bytes),
+            segment_bytes: sb.segment_bytes,
+            segment_count: sb.segment_count,
+            data_offset: sb.data_offset,
+        };
+        let failed = Arc::new(Mutex::new(None));
+        let parts = writer::WriterParts {
+            log_id,
+            policy: Policy::new(policy_cfg, cfg.model, &resume.starts),
+            sink,
+            stats: Arc::clone(&stats),
+            failed: Arc::clone(&failed),
+            next_seq: recovery.last_seq + 1,
+            last_ts: recovery.last_ts,
+            align: (sb.align_bytes as usize).max(devices[0].alignment()),
+            in_use: resume.in_use,
+            released: after_seq,
+            sync_each_write: cfg.sync_each_write,
+        };
+        let (tx, rx) = std::sync::mpsc::channel();
+        let threads = writer::spawn(parts, &devices, tx.clone(), rx)
+            .map_err(|source| LogError::Io { dev: 0, source })?;
+        let max_payload = max_payload(&sb);
+        let inner = Inner {
+            tx: Mutex::new(tx),
+            devices,
+            sb,
+            stats,
+            failed,
+            threads: Mutex::new(threads),
+            max_payload,
+        };
+        let log = Self {
+            inner: Arc::new(inner),
+        };
+        log.write_voids(&recovery.voided)?;
+        Ok((log, recovery))
+    }
+
+    fn write_voids(&self, seqs: &[u64]) -> Result<(), LogError> {
+        let waits: Vec<_> = seqs
+            .iter()
+            .map(|&seq| self.submit(Entry::extent(RecordKind::Void, 0, 0, 0), Some(seq)))
+            .collect();
+        for w in waits {
+            w.blocking_recv().map_err(|_| LogError::Shutdown)??;
+        }
+        Ok(())
+    }
+
+    fn submit(&self, entry: Entry, seq: Option<u64>) -> AppendFuture {
+        let (reply, rx) = oneshot::channel();
+        let msg = Msg::Append {
+            entry,
+            seq,
+            reply,
+            arrived: Instant::now(),
+        };
+        if let Ok(tx) = self.inner.tx.lock() {
+            // A closed channel drops the reply sender; the receiver then reports shutdown.
+            let _ = tx.send(msg);
+        }
+        rx
+    }
+
+    /// Appends a record; the future resolves once it is durable (or the log failed).
+    pub fn append(&self, entry: Entry) -> Result<AppendFuture, LogError> {
+        if entry.kind == RecordKind::Write && entry.payload.len() != entry.length as usize {
+            return Err(LogError::Config(
+                "write payload length differs from its length".into(),
+            ));
+        }
+        if entry.payload.len() > self.inner.max_payload as usize {
+            let max = u64::from(self.inner.max_payload);
+            return Err(LogError::TooLarge {
+                bytes: entry.payload.len() as u64,
+                max,
+            });
+        }
+        if let Some(why) = self.failure() {
+            return Err(LogError::Failed(why));
+        }
+        Ok(self.submit(entry, None))
+    }
+
+    /// Consumers are durable up to `seq`: segments holding only records at or below it may be
+    /// reused.
+    pub fn release(&self, seq: u64) {
+        if let Ok(tx) = self.inner.tx.lock() {
+            let _ = tx.send(Msg::Release(seq));
+        }
+    }
+
+    /// Reads back the record at `addr` and verifies it; `Gone` when the space was reused.
+    pub fn read(
+        &self,
+        addr: LogAddr,
+        expect_seq: u64,
+    ) -> Result<(RecordHeader, Vec<u8>), LogError> {
+        let dev = addr.dev();
+        let disk = self
+            .inner
+            .devices
+            .get(dev)
+            .ok_or(LogError::Gone { addr: addr.0 })?;
+        let io = |source| LogError::Io { dev, source };
+        let mut hb = [0u8; RECORD_HEADER_LEN];
+        read_unaligned(disk.as_ref(), &mut hb, addr.offset()).map_err(io)?;
+        let corrupt = |source| LogError::Corrupt {
+            addr: addr.0,
+            source,
+        };
+        let header = RecordHeader::decode(&hb, self.inner.sb.log_id, None).map_err(corrupt)?;
+        if header.seq != expect_seq {
+            return Err(LogError::Gone { addr: addr.0 });
+        }
+        let mut payload = vec![0u8; header.payload_len as usize];
+        let at = addr.offset() + RECORD_HEADER_LEN as u64;
+        read_unaligned(disk.as_ref(), &mut payload, at).map_err(io)?;
+        header.verify_payload(&payload).map_err(corrupt)?;
+        Ok((header, payload))
+    }
+
+    pub fn stats(&self) -> &LogStats {
+        &self.inner.stats
+    }
+
+    pub fn superblock(&self) -> &Superblock {
+        &self.inner.sb
+    }
+
+    /// The largest write payload one record can hold.
+    pub fn max_payload(&self) -> u32 {
+        self.inner.max_payload
+    }
+
+    /// Why the log failed, if it did.
+    pub fn failure(&self) -> Option<String> {
+        self.inner.failed.lock().ok().and_then(|g| g.clone())
+    }
+
+    /// Stops the writer; waiters still pending get [`LogError::Failed`]. Idempotent.
+    pub fn shutdown(&self) {
+        if let Ok(tx) = self.inner.tx.lock() {
+            let _ = tx.send(Msg::Shutdown);
+        }
+        let handles = self
+            .inner
+            .threads
+            .lock()
+            .map(|mut t| std::mem::take(&mut *t));
+        // Dropping the job senders (with the dispatcher) ends the device threads.
+        for h in handles.unwrap_or_default() {
+            let _ = h.join();
+        }
+    }
+}
+
+/// Reads through a bounce buffer when the device needs aligned I/O.
+fn read_unaligned(disk: &dyn Disk, out: &mut [u8], offset: u64) -> std::io::Result<()> {
+    let align = disk.alignment() as u64;
+    if align <= 1 {
+        return disk.read_at(out, offset);
+    }
+    let start = offset / align * align;
+    let end = (offset + out.len() as u64).div_ceil(align) * align;
+    let mut buf = AlignedBuf::new((end - start) as usize, align as usize)?;
+    disk.read_at(&mut buf, start)?;
+    let skip = (offset - start) as usize;
+    out.copy_from_slice(&buf[skip..skip + out.len()]);
+    Ok(())
+}
+
+fn max_payload(sb: &Superblock) -> u32 {
+    let max = sb.segment_bytes - RECORD_HEADER_LEN as u64 - u64::from(sb.align_bytes);
+    u32::try_from(max.min(32 << 20)).unwrap_or(u32::MAX)
+}
+
+fn check_config(cfg: &LogConfig) -> Result<(), LogError> {
+    let a = u64::from(cfg.align_bytes);
+    if !a.is_power_of_two() || !(512..=65536).contains(&a) {
+        return Err(LogError::Config(
+            "alignment must be a power of two in 512..=65536".into(),
+        ));
+    }
+    if cfg.segment_bytes < 64 * 1024
+        || !cfg.segment_bytes.is_multiple_of(a)
+        || cfg.segment_bytes > 1 << 30
+    {
+        return Err(LogError::Config(
+            "segment size must be a multiple of the alignment, 64 KiB..=1 GiB".into(),
+        ));
+    }
+    Ok(())
+}
+
+fn new_superblock(
+    disk: &dyn Disk,
+    dev: usize,
+    count: u16,
+    cfg: &LogConfig,
+    log_id: u128,
+) -> Result<Superblock, LogError> {
+    let bytes = disk.len().map_err(|source| LogError::Io { dev, source })?;
+    let need = DATA_OFFSET + 2 * cfg.segment_bytes;
+    if bytes < need {
+        return Err(LogError::TooSmall { dev, bytes, need });
+    }
+    Ok(Superblock {
+        log_id,
+        device_index: dev as u16,
+        device_count: count,
+        device_bytes: bytes,
+        segment_bytes: cfg.segment_bytes,
+        segment_count: (bytes - DATA_OFFSET) / cfg.segment_bytes,
+        data_offset: DATA_OFFSET,
+        align_bytes: cfg.align_bytes,
+        created_ns: now_ns(),
+    })
+}
+
+fn check_superblocks(devices: &[Arc<dyn Disk>], log_id: u128) -> Result<Vec<Superblock>, LogError> {
+    if devices.is_empty() {
+        return Err(LogError::Config("no log devices".into()));
+    }
+    let mut sbs = Vec::with_capacity(devices.len());
+    for (dev, disk) in devices.iter().enumerate() {
+        let sb = read_superblock(disk.as_ref(), dev)?;
+        if sb.log_id != log_id {
+            return Err(LogError::ForeignDevice {
+                dev,
+                found: sb.log_id,
+                expected: log_id,
+            });
+        }
+        if usize::from(sb.device_index) != dev || usize::from(sb.device_count) != devices.len() {
+            return Err(LogError::WrongPosition {
+                dev,
+                found: sb.device_index,
+                count: sb.device_count,
+                configured: devices.len(),
+            });
+        }
+        if let Some(first) = sbs.first() {
+            let same = |a: &Superblock| {
+                (
+                    a.segment_bytes,
+                    a.segment_count,
+                    a.align_bytes,
+                    a.data_offset,
+                )
+            };
+            if same(first) != same(&sb) {
+                return Err(LogError::GeometryMismatch { dev });
+            }
+        }
+        sbs.push(sb);
+    }
+    Ok(sbs)
+}

@@ -1,0 +1,170 @@
+//! Reading a device's segments back: the first pass of recovery (trail-paper.md §2.2).
+//!
+//! A segment is read whole and parsed from its start. Its first valid record names the
+//! segment's generation; every later record must carry the same generation (the header checksum
+//! is salted with it), so records left from an earlier pass stop the parse. The parse also stops
+//! at the first record whose header or payload fails its checksum: that is the torn tail of the
+//! last write, which was never acknowledged, because a device starts a write only after the
+//! previous one was durable, and after a restart writing resumes in a fresh segment.
+
+use mariner_disk::{AlignedBuf, Disk};
+
+use crate::format::{LogAddr, RecordHeader, Superblock, RECORD_HEADER_LEN};
+
+/// Why the parse of a segment stopped before its end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    /// Reached the end of the segment.
+    End,
+    /// Bytes that are not a record header (zeros of a fresh segment, or a torn write).
+    NoRecord,
+    /// A header from another generation (an earlier pass) or with a bad checksum.
+    BadHeader,
+    /// A valid header whose payload fails its checksum (a torn write).
+    BadPayload,
+}
+
+/// One record found by the scan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Found {
+    pub header: RecordHeader,
+    pub addr: LogAddr,
+}
+
+/// What one segment holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SegmentScan {
+    pub segment: u64,
+    /// `None` when not even the first record is valid.
+    pub generation: Option<u64>,
+    pub records: Vec<Found>,
+    pub stop: Stop,
+    /// Bytes of valid records.
+    pub used_bytes: u64,
+}
+
+/// Parses one segment image. `base` is the segment's byte offset on device `dev`.
+pub fn parse_segment(log_id: u128, dev: u8, segment: u64, base: u64, bytes: &[u8]) -> SegmentScan {
+    let mut scan = SegmentScan {
+        segment,
+        generation: None,
+        records: Vec::new(),
+        stop: Stop::End,
+        used_bytes: 0,
+    };
+    let mut pos = 0usize;
+    while pos < bytes.len() {
+        let rest = &bytes[pos..];
+        if rest.len() < RECORD_HEADER_LEN {
+            scan.stop = Stop::NoRecord;
+            break;
+        }
+        let header = match RecordHeader::decode(rest, log_id, scan.generation) {
+            Ok(h) => h,
+            Err(crate::FormatError::BadMagic) | Err(crate::FormatError::Truncated) => {
+                scan.stop = Stop::NoRecord;
+                break;
+            }
+            Err(_) => {
+                scan.stop = Stop::BadHeader;
+                break;
+            }
+        };
+        let span = header.span as usize;
+        let payload_end = RECORD_HEADER_LEN + header.payload_len as usize;
+        if span > rest.len()
+            || header
+                .verify_payload(&rest[RECORD_HEADER_LEN..payload_end])
+                .is_err()
+        {
+            scan.stop = Stop::BadPayload;
+            break;
+        }
+        scan.generation = Some(header.generation);
+        scan.records.push(Found {
+            header,
+            addr: LogAddr::new(dev, base + pos as u64),
+        });
+        pos += span;
+        scan.used_bytes = pos as u64;
+    }
+    scan
+}
+
+/// Reads and parses every segment of a device.
+pub fn scan_device<D: Disk + ?Sized>(
+    disk: &D,
+    dev: u8,
+    sb: &Superblock,
+) -> std::io::Result<Vec<SegmentScan>> {
+    let align = (sb.align_bytes as usize).max(disk.alignment()).max(512);
+    let mut buf = AlignedBuf::new(sb.segment_bytes as usize, align)?;
+    let mut out = Vec::with_capacity(sb.segment_count as usize);
+    for segment in 0..sb.segment_count {
+        let base = sb.segment_offset(segment);
+        disk.read_at(&mut buf, base)?;
+        out.push(parse_segment(sb.log_id, dev, segment, base, &buf));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::RecordKind;
+
+    fn record(seq: u64, generation: u64, payload: &[u8], span: u32) -> Vec<u8> {
+        let h = RecordHeader {
+            kind: RecordKind::Write,
+            volume: 1,
+            length: payload.len() as u32,
+            seq,
+            timestamp_ns: seq * 10,
+            offset: seq * 4096,
+            generation,
+            back: LogAddr::NONE,
+            span,
+            payload_len: payload.len() as u32,
+            payload_crc: crc32c::crc32c(payload),
+        };
+        let mut hb = [0u8; RECORD_HEADER_LEN];
+        h.encode(7, &mut hb);
+        let mut v = hb.to_vec();
+        v.extend_from_slice(payload);
+        v.resize(span as usize, 0);
+        v
+    }
+
+    #[test]
+    fn parses_until_zeros() {
+        let mut seg = record(1, 5, &[1; 100], 512);
+        seg.extend(record(2, 5, &[2; 100], 512));
+        seg.resize(4096, 0);
+        let s = parse_segment(7, 0, 0, 65536, &seg);
+        assert_eq!(s.generation, Some(5));
+        assert_eq!(s.records.len(), 2);
+        assert_eq!(s.records[1].addr, LogAddr::new(0, 65536 + 512));
+        assert_eq!(s.stop, Stop::NoRecord);
+        assert_eq!(s.used_bytes, 1024);
+    }
+
+    #[test]
+    fn stale_records_from_an_earlier_generation_stop_the_parse() {
+        let mut seg = record(10, 6, &[1; 100], 512);
+        seg.extend(record(3, 5, &[2; 100], 512));
+        let s = parse_segment(7, 0, 0, 0, &seg);
+        assert_eq!(s.records.len(), 1);
+        assert_eq!(s.stop, Stop::BadHeader);
+    }
+
+    #[test]
+    fn a_torn_payload_stops_the_parse() {
+        let mut seg = record(1, 5, &[1; 100], 512);
+        let mut torn = record(2, 5, &[2; 1000], 1536);
+        torn[600..].fill(0);
+        seg.extend(torn);
+        let s = parse_segment(7, 0, 0, 0, &seg);
+        assert_eq!(s.records.len(), 1);
+        assert_eq!(s.stop, Stop::BadPayload);
+    }
+}

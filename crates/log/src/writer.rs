@@ -1,0 +1,418 @@
+//! The dispatcher thread and one I/O thread per log device.
+//!
+//! The dispatcher owns the placement policy (mariner-placement). It stamps each appended record
+//! with the next sequence number and a strictly rising timestamp, lets the policy decide which
+//! device writes it and when, lays the batch out (headers, payloads, padding) and hands it to
+//! the device's thread, which writes it and makes it durable (`O_DSYNC`, or write + fdatasync).
+//! When a batch is durable the dispatcher tells the consumer sink, then acknowledges each
+//! waiter. After an I/O error the log fails: nothing is retried, every waiter and every later
+//! append gets [`LogError::Failed`].
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use mariner_disk::{AlignedBuf, Disk};
+use mariner_placement::{Action, LinearModel, Policy, Write};
+use tokio::sync::oneshot;
+
+use crate::format::{LogAddr, RecordHeader, RECORD_HEADER_LEN};
+use crate::stats::LogStats;
+use crate::{Appended, Durable, DurableSink, Entry, LogError};
+
+pub(crate) type Reply = oneshot::Sender<Result<Appended, LogError>>;
+
+pub(crate) enum Msg {
+    Append {
+        entry: Entry,
+        seq: Option<u64>,
+        reply: Reply,
+        arrived: Instant,
+    },
+    Done {
+        dev: usize,
+        result: std::io::Result<()>,
+        elapsed: Duration,
+    },
+    Release(u64),
+    Shutdown,
+}
+
+struct Pending {
+    entry: Entry,
+    header: RecordHeader,
+    addr: LogAddr,
+    reply: Reply,
+    arrived: Instant,
+}
+
+struct DevJob {
+    buf: AlignedBuf,
+    offset: u64,
+}
+
+pub(crate) struct Writer {
+    pub log_id: u128,
+    pub policy: Policy<LinearModel>,
+    pub sink: Arc<dyn DurableSink>,
+    pub stats: Arc<LogStats>,
+    pub failed: Arc<Mutex<Option<String>>>,
+    pub next_seq: u64,
+    pub last_ts: u64,
+    pub align: usize,
+    /// Per device: segments holding records not yet released, oldest first; the back is current.
+    pub in_use: Vec<VecDeque<(u64, u64)>>,
+    pub released: u64,
+    pub epoch: Instant,
+    pending: HashMap<u64, Pending>,
+    in_flight: Vec<Vec<Pending>>,
+    last_addr: Vec<LogAddr>,
+    jobs: Vec<Sender<DevJob>>,
+}
+
+/// Starts the device threads and returns the dispatcher state.
+pub(crate) struct WriterParts {
+    pub log_id: u128,
+    pub policy: Policy<LinearModel>,
+    pub sink: Arc<dyn DurableSink>,
+    pub stats: Arc<LogStats>,
+    pub failed: Arc<Mutex<Option<String>>>,
+    pub next_seq: u64,
+    pub last_ts: u64,
+    pub align: usize,
+    pub in_use: Vec<VecDeque<(u64, u64)>>,
+    pub released: u64,
+    pub sync_each_write: bool,
+}
+
+pub(crate) fn spawn(
+    parts: WriterParts,
+    devices: &[Arc<dyn Disk>],
+    tx: Sender<Msg>,
+    rx: Receiver<Msg>,
+) -> std::io::Result<Vec<std::thread::JoinHandle<()>>> {
+    let mut handles = Vec::new();
+    let mut jobs = Vec::new();
+    for (dev, disk) in devices.iter().enumerate() {
+        let (jtx, jrx) = std::sync::mpsc::channel::<DevJob>();
+        let disk = Arc::clone(disk);
+        let done = tx.clone();
+        let sync = parts.sync_each_write;
+        let h = std::thread::Builder::new()
+            .name(format!("log-dev{dev}"))
+            .spawn(move || device_loop(dev, disk.as_ref(), sync, &jrx, &done))?;
+        handles.push(h);
+        jobs.push(jtx);
+    }
+    let n = devices.len();
+    let w = Writer {
+        log_id: parts.log_id,
+        policy: parts.policy,
+        sink: parts.sink,
+        stats: parts.stats,
+        failed: parts.failed,
+        next_seq: parts.next_seq,
+        last_ts: parts.last_ts,
+        align: parts.align,
+        in_use: parts.in_use,
+        released: parts.released,
+        epoch: Instant::now(),
+        pending: HashMap::new(),
+        in_flight: (0..n).map(|_| Vec::new()).collect(),
+        last_addr: vec![LogAddr::NONE; n],
+        jobs,
+    };
+    let h = std::thread::Builder::new()
+        .name("log-dispatch".into())
+        .spawn(move || w.run(&rx))?;
+    handles.push(h);
+    Ok(handles)
+}
+
+fn device_loop(
+    dev: usize,
+    disk: &dyn Disk,
+    sync_each_write: bool,
+    jobs: &Receiver<DevJob>,
+    done: &Sender<Msg>,
+) {
+    while let Ok(job) = jobs.recv() {
+        let start = Instant::now();
+        let mut result = disk.write_at(&job.buf, job.offset);
+        if result.is_ok() && sync_each_write {
+            result = disk.sync();
+        }
+        let msg = Msg::Done {
+            dev,
+            result,
+            elapsed: start.elapsed(),
+        };
+        if done.send(msg).is_err() {
+            return;
+        }
+    }
+}
+
+impl Writer {
+    fn now(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    fn run(mut self, rx: &Receiver<Msg>) {
+        loop {
+            let msg = match self.policy.next_deadline() {
+                Some(deadline) => {
+                    let wait = deadline.saturating_sub(self.now());
+                    match rx.recv_timeout(Duration::from_nanos(wait)) {
+                        Ok(m) => Some(m),
+                        Err(RecvTimeoutError::Timeout) => None,
+                        Err(RecvTimeoutError::Disconnected) => return,
+                    }
+                }
+                None => match rx.recv() {
+                    Ok(m) => Some(m),
+                    Err(_) => return,
+                },
+            };
+            let actions = match msg {
+                None => self.policy.poll(self.now()),
+                Some(Msg::Shutdown) => return self.fail_all("the log is shut down"),
+                Some(m) => self.handle(m),
+            };
+            self.execute(actions);
+        }
+    }
+
+    fn handle(&mut self, msg: Msg) -> Vec<Action> {
+        match msg {
+            Msg::Append {
+                entry,
+                seq,
+                reply,
+                arrived,
+            } => self.append(entry, seq, reply, arrived),
+            Msg::Done {
+                dev,
+                result,
+                elapsed,
+            } => self.done(dev, result, elapsed),
+            Msg::Release(seq) => self.release(seq),
+            Msg::Shutdown => Vec::new(),
+        }
+    }
+
+    fn failed(&self) -> Option<String> {
+        self.failed.lock().ok().and_then(|g| g.clone())
+    }
+
+    fn append(
+        &mut self,
+        entry: Entry,
+        seq: Option<u64>,
+        reply: Reply,
+        arrived: Instant,
+    ) -> Vec<Action> {
+        if let Some(why) = self.failed() {
+            let _ = reply.send(Err(LogError::Failed(why)));
+            return Vec::new();
+        }
+        let seq = seq.unwrap_or_else(|| {
+            let s = self.next_seq;
+            self.next_seq += 1;
+            s
+        });
+        let wall = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let wall = u64::try_from(wall).unwrap_or(u64::MAX);
+        self.last_ts = wall.max(self.last_ts + 1);
+        let payload_len = entry.payload_len();
+        let header = RecordHeader {
+            kind: entry.kind,
+            volume: entry.volume,
+            length: entry.length,
+            seq,
+            timestamp_ns: self.last_ts,
+            offset: entry.offset,
+            generation: 0,
+            back: LogAddr::NONE,
+            span: 0,
+            payload_len,
+            payload_crc: crc32c::crc32c(&entry.payload),
+        };
+        let bytes = RECORD_HEADER_LEN as u64 + u64::from(payload_len);
+        let addr = LogAddr::NONE;
+        self.pending.insert(
+            seq,
+            Pending {
+                entry,
+                header,
+                addr,
+                reply,
+                arrived,
+            },
+        );
+        match self.policy.submit(seq, bytes, self.now()) {
+            Ok(actions) => {
+                self.stats
+                    .stalled
+                    .store(self.policy.stalled() as u64, Relaxed);
+                actions
+            }
+            Err(e) => {
+                if let Some(p) = self.pending.remove(&seq) {
+                    let _ = p.reply.send(Err(LogError::Config(e.to_string())));
+                }
+                Vec::new()
+            }
+        }
+    }
+
+    fn execute(&mut self, actions: Vec<Action>) {
+        for a in actions {
+            match a {
+                Action::Write(w) => self.start_write(w),
+                Action::SwitchSegment { dev, segment, .. } => {
+                    self.in_use[dev].push_back((segment, 0));
+                    self.stats.segments_used.fetch_add(1, Relaxed);
+                }
+            }
+        }
+    }
+
+    /// Lays out one batch: each record's header (with generation, back pointer and span), its
+    /// payload, and zero padding after the last.
+    fn start_write(&mut self, w: Write) {
+        let mut buf = match AlignedBuf::new(w.padded_bytes as usize, self.align) {
+            Ok(b) => b,
+            Err(e) => return self.fail(format!("batch buffer: {e}")),
+        };
+        let mut pos = 0usize;
+        let mut batch = Vec::with_capacity(w.reqs.len());
+        let last = w.reqs.len().saturating_sub(1);
+        for (i, &(seq, bytes)) in w.reqs.iter().enumerate() {
+            let Some(mut p) = self.pending.remove(&seq) else {
+                continue;
+            };
+            let addr = LogAddr::new(w.dev as u8, w.offset + pos as u64);
+            let span = if i == last {
+                w.padded_bytes as usize - pos
+            } else {
+                bytes as usize
+            };
+            p.addr = addr;
+            p.header.generation = w.generation;
+            p.header.back = self.last_addr[w.dev];
+            p.header.span = span as u32;
+            let mut hb = [0u8; RECORD_HEADER_LEN];
+            p.header.encode(self.log_id, &mut hb);
+            buf[pos..pos + RECORD_HEADER_LEN].copy_from_slice(&hb);
+            let body = pos + RECORD_HEADER_LEN;
+            buf[body..body + p.entry.payload.len()].copy_from_slice(&p.entry.payload);
+            self.last_addr[w.dev] = addr;
+            pos += span;
+            batch.push(p);
+        }
+        if let Some(back) = self.in_use[w.dev].back_mut() {
+            let max = batch.iter().map(|p| p.header.seq).max().unwrap_or(0);
+            back.1 = back.1.max(max);
+        }
+        self.stats.batches.fetch_add(1, Relaxed);
+        self.stats.batch_records.record(batch.len() as u64);
+        self.stats.bytes_written.fetch_add(w.padded_bytes, Relaxed);
+        self.in_flight[w.dev] = batch;
+        let job = DevJob {
+            buf,
+            offset: w.offset,
+        };
+        if self.jobs[w.dev].send(job).is_err() {
+            self.fail(format!("log device {} thread is gone", w.dev));
+        }
+    }
+
+    fn done(&mut self, dev: usize, result: std::io::Result<()>, elapsed: Duration) -> Vec<Action> {
+        self.stats
+            .device_write_us
+            .record(elapsed.as_micros() as u64);
+        let batch = std::mem::take(&mut self.in_flight[dev]);
+        if let Err(e) = result {
+            let why = format!("log device {dev}: {e}");
+            tracing::error!(%why, "log write failed; the log is now read-only");
+            self.in_flight[dev] = batch;
+            self.fail(why);
+            return Vec::new();
+        }
+        self.acknowledge(batch);
+        self.policy.completed(dev, self.now()).unwrap_or_default()
+    }
+
+    fn acknowledge(&mut self, batch: Vec<Pending>) {
+        let durable: Vec<Durable> = batch
+            .iter()
+            .map(|p| Durable {
+                header: p.header,
+                addr: p.addr,
+                payload: p.entry.payload.clone(),
+            })
+            .collect();
+        self.sink.durable(&durable);
+        for p in batch {
+            self.stats.durable_seq.fetch_max(p.header.seq, Relaxed);
+            self.stats.records.fetch_add(1, Relaxed);
+            self.stats
+                .ack_latency_us
+                .record(p.arrived.elapsed().as_micros() as u64);
+            let appended = Appended {
+                seq: p.header.seq,
+                timestamp_ns: p.header.timestamp_ns,
+                addr: p.addr,
+            };
+            let _ = p.reply.send(Ok(appended));
+        }
+    }
+
+    fn release(&mut self, seq: u64) -> Vec<Action> {
+        self.released = self.released.max(seq);
+        self.stats.released_seq.store(self.released, Relaxed);
+        let mut actions = Vec::new();
+        for dev in 0..self.in_use.len() {
+            while self.in_use[dev].len() > 1
+                && self.in_use[dev]
+                    .front()
+                    .is_some_and(|s| s.1 <= self.released)
+            {
+                self.in_use[dev].pop_front();
+                self.stats.segments_used.fetch_sub(1, Relaxed);
+                actions.extend(
+                    self.policy
+                        .segment_released(dev, self.now())
+                        .unwrap_or_default(),
+                );
+            }
+        }
+        self.stats
+            .stalled
+            .store(self.policy.stalled() as u64, Relaxed);
+        actions
+    }
+
+    fn fail(&mut self, why: String) {
+        if let Ok(mut g) = self.failed.lock() {
+            g.get_or_insert(why.clone());
+        }
+        self.fail_all(&why);
+    }
+
+    fn fail_all(&mut self, why: &str) {
+        for (_, p) in self.pending.drain() {
+            let _ = p.reply.send(Err(LogError::Failed(why.to_string())));
+        }
+        for batch in &mut self.in_flight {
+            for p in batch.drain(..) {
+                let _ = p.reply.send(Err(LogError::Failed(why.to_string())));
+            }
+        }
+    }
+}
