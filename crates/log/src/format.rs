@@ -356,6 +356,46 @@ impl Superblock {
     }
 }
 
+/// "MRNRGENF": a device's generation floor, two slots at [`GEN_FLOOR_SLOTS`].
+pub const GEN_FLOOR_MAGIC: [u8; 8] = *b"MRNRGENF";
+/// Byte offsets of the two generation-floor slots (each one 512-byte sector).
+pub const GEN_FLOOR_SLOTS: [u64; 2] = [4096, 8192];
+pub const GEN_FLOOR_LEN: usize = 32;
+
+/// Every generation a device uses from now on is at least `floor`. Written (alternating slots,
+/// synced) each time the log opens, before any write: a segment entered in a session whose
+/// first record never became durable leaves no trace of its generation in the segments, and
+/// without the floor the next session could hand the same generation out again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GenFloor {
+    pub floor: u64,
+    /// Which write this is; the slot is `counter % 2`, the newer valid slot wins.
+    pub counter: u64,
+}
+
+impl GenFloor {
+    pub fn encode(&self) -> [u8; GEN_FLOOR_LEN] {
+        let mut b = [0u8; GEN_FLOOR_LEN];
+        b[..8].copy_from_slice(&GEN_FLOOR_MAGIC);
+        put_u64(&mut b, 8, self.floor);
+        put_u64(&mut b, 16, self.counter);
+        let crc = crc32c::crc32c(&b[..28]);
+        put_u32(&mut b, 28, crc);
+        b
+    }
+
+    pub fn decode(b: &[u8]) -> Option<Self> {
+        let b = b.get(..GEN_FLOOR_LEN)?;
+        if b[..8] != GEN_FLOOR_MAGIC || crc32c::crc32c(&b[..28]) != get_u32(b, 28) {
+            return None;
+        }
+        Some(Self {
+            floor: get_u64(b, 8),
+            counter: get_u64(b, 16),
+        })
+    }
+}
+
 fn put_u16(b: &mut [u8], at: usize, v: u16) {
     b[at..at + 2].copy_from_slice(&v.to_le_bytes());
 }

@@ -26,11 +26,12 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use mariner_disk::{AlignedBuf, Disk};
-use mariner_placement::{LinearModel, Policy, PolicyConfig};
+use mariner_placement::{Policy, PolicyConfig};
 use tokio::sync::oneshot;
 
 pub use error::{FormatError, LogError};
 pub use format::{LogAddr, RecordHeader, RecordKind, Superblock, DATA_OFFSET, RECORD_HEADER_LEN};
+pub use mariner_placement::LinearModel;
 pub use recover::Recovery;
 pub use scan::Found;
 pub use stats::{Histogram, LogStats};
@@ -233,7 +234,10 @@ impl Log {
                 sb.align_bytes, cfg.align_bytes
             )));
         }
-        let (recovery, resume) = recover::recover(&devices, &sbs, after_seq, after_ts)?;
+        let (recovery, mut resume) = recover::recover(&devices, &sbs, after_seq, after_ts)?;
+        for (dev, (disk, start)) in devices.iter().zip(resume.starts.iter_mut()).enumerate() {
+            start.generation = raise_generation_floor(disk.as_ref(), dev, start.generation)?;
+        }
         let stats = Arc::new(LogStats::default());
         let total = sb.segment_count * devices.len() as u64;
         stats
@@ -403,6 +407,34 @@ impl Log {
             let _ = h.join();
         }
     }
+}
+
+/// Reads the device's generation floor, writes a new one above both it and `found` (the
+/// newest generation in the segments), syncs, and returns the generation the device resumes
+/// from: its first new segment gets the one after.
+fn raise_generation_floor(disk: &dyn Disk, dev: usize, found: u64) -> Result<u64, LogError> {
+    let io = |source| LogError::Io { dev, source };
+    let align = disk.alignment().max(512);
+    let mut buf = AlignedBuf::new(align, align).map_err(io)?;
+    let mut current: Option<format::GenFloor> = None;
+    for slot in format::GEN_FLOOR_SLOTS {
+        disk.read_at(&mut buf, slot).map_err(io)?;
+        if let Some(f) = format::GenFloor::decode(&buf) {
+            if current.is_none_or(|c| f.counter > c.counter) {
+                current = Some(f);
+            }
+        }
+    }
+    let (old_floor, counter) = current.map_or((0, 0), |c| (c.floor, c.counter + 1));
+    // At most one segment per device was entered without a durable first record, so +2 clears
+    // every generation the previous session could have used.
+    let floor = found.max(old_floor) + 2;
+    buf.fill(0);
+    buf[..format::GEN_FLOOR_LEN].copy_from_slice(&format::GenFloor { floor, counter }.encode());
+    disk.write_at(&buf, format::GEN_FLOOR_SLOTS[(counter % 2) as usize])
+        .map_err(io)?;
+    disk.sync().map_err(io)?;
+    Ok(floor - 1)
 }
 
 /// Reads through a bounce buffer when the device needs aligned I/O.

@@ -139,12 +139,27 @@ impl Device {
     }
 }
 
+impl Gather {
+    fn new(dev: usize, oldest: Nanos) -> Self {
+        Self {
+            dev,
+            reqs: Vec::new(),
+            bytes: 0,
+            oldest,
+            waiting_for_device: false,
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Gather {
+    /// The active device: where the batch goes unless another device is free first.
     dev: usize,
     reqs: Vec<(ReqId, u64)>,
     bytes: u64,
     oldest: Nanos,
+    /// `T_wait` passed while every device was busy: the batch leaves when one frees.
+    waiting_for_device: bool,
 }
 
 /// The policy. See the crate documentation for the rules.
@@ -245,8 +260,9 @@ impl<M: DeviceModel> Policy<M> {
             return Ok(out);
         }
         self.maybe_switch_track(dev, now, &mut out);
-        if self.cfg.dispatch_on_idle && self.gather.as_ref().is_some_and(|g| g.dev == dev) {
-            self.seal(now, &mut out);
+        let ready = self.gather.as_ref().is_some_and(|g| g.waiting_for_device);
+        if ready || (self.cfg.dispatch_on_idle && self.gather.is_some()) {
+            self.dispatch_gather(now, &mut out);
         }
         self.drain_stalled(now, &mut out);
         self.expire(now, &mut out);
@@ -262,6 +278,9 @@ impl<M: DeviceModel> Policy<M> {
             .ok_or(PolicyError::NoSuchDevice(dev))?;
         d.free_segments = (d.free_segments + 1).min(cap);
         let mut out = Vec::new();
+        if self.gather.as_ref().is_some_and(|g| g.waiting_for_device) {
+            self.dispatch_gather(now, &mut out);
+        }
         self.drain_stalled(now, &mut out);
         self.expire(now, &mut out);
         Ok(out)
@@ -274,11 +293,11 @@ impl<M: DeviceModel> Policy<M> {
         out
     }
 
-    /// When [`Policy::poll`] must next be called, if anything is gathering.
+    /// When [`Policy::poll`] must next be called: the `T_wait` deadline of the gathering
+    /// batch, unless it already passed and the batch waits for a device to complete.
     pub fn next_deadline(&self) -> Option<Nanos> {
-        self.gather
-            .as_ref()
-            .map(|g| g.oldest.saturating_add(self.cfg.t_wait_ns))
+        let g = self.gather.as_ref().filter(|g| !g.waiting_for_device)?;
+        Some(g.oldest.saturating_add(self.cfg.t_wait_ns))
     }
 
     /// Places one request; false when no device has room.
@@ -292,18 +311,13 @@ impl<M: DeviceModel> Policy<M> {
     ) -> bool {
         if self.gather.is_none() {
             if let Some(dev) = self.best_device(bytes, now, None, true, out) {
-                self.gather = Some(Gather {
-                    dev,
-                    reqs: Vec::new(),
-                    bytes: 0,
-                    oldest: arrival,
-                });
+                self.gather = Some(Gather::new(dev, arrival));
                 self.join(req, bytes);
                 self.seal(now, out);
                 return true;
             }
         }
-        if self.joinable(bytes, now) {
+        if self.joinable(bytes) {
             self.join(req, bytes);
             return true;
         }
@@ -314,22 +328,15 @@ impl<M: DeviceModel> Policy<M> {
         let Some(dev) = self.best_device(bytes, now, previous, false, out) else {
             return false;
         };
-        self.gather = Some(Gather {
-            dev,
-            reqs: Vec::new(),
-            bytes: 0,
-            oldest: arrival,
-        });
+        self.gather = Some(Gather::new(dev, arrival));
         self.join(req, bytes);
         true
     }
 
-    fn joinable(&self, bytes: u64, now: Nanos) -> bool {
+    /// A request joins the gathering batch while the active device's segment has room for it.
+    fn joinable(&self, bytes: u64) -> bool {
         let Some(g) = &self.gather else { return false };
-        let waited = now.saturating_sub(g.oldest);
-        let d = &self.devices[g.dev];
-        let fits = self.cfg.align(g.bytes + bytes) <= d.room(&self.cfg);
-        waited < self.cfg.t_wait_ns && fits
+        self.cfg.align(g.bytes + bytes) <= self.devices[g.dev].room(&self.cfg)
     }
 
     fn join(&mut self, req: ReqId, bytes: u64) {
@@ -420,7 +427,31 @@ impl<M: DeviceModel> Policy<M> {
 
     fn expire(&mut self, now: Nanos, out: &mut Vec<Action>) {
         if self.next_deadline().is_some_and(|t| now >= t) {
-            self.seal(now, out);
+            self.dispatch_gather(now, out);
+        }
+    }
+
+    /// Sends the gathering batch to the active device if it is idle, else to another idle
+    /// device. When every device is busy the batch keeps gathering and leaves as soon as one
+    /// frees: a sealed batch queued behind a busy device would gain nothing.
+    fn dispatch_gather(&mut self, now: Nanos, out: &mut Vec<Action>) {
+        let Some(g) = &self.gather else { return };
+        let (target, bytes) = (g.dev, g.bytes);
+        if self.devices[target].idle() {
+            return self.seal(now, out);
+        }
+        match self.best_device(bytes, now, None, true, out) {
+            Some(dev) => {
+                if let Some(g) = &mut self.gather {
+                    g.dev = dev;
+                }
+                self.seal(now, out);
+            }
+            None => {
+                if let Some(g) = &mut self.gather {
+                    g.waiting_for_device = true;
+                }
+            }
         }
     }
 

@@ -67,13 +67,18 @@ fn requests_gather_while_busy_until_t_wait() {
     assert_eq!(p.gathering(), 2);
     assert_eq!(p.next_deadline(), Some(310 * US));
     assert!(p.poll(309 * US).is_empty());
-    // Sealed at T_wait, but the only device is still busy: it waits in the device queue.
+    // T_wait passed, but the only device is still busy: the batch keeps gathering.
     assert!(writes(&p.poll(310 * US)).is_empty());
-    assert_eq!(p.gathering(), 0);
+    assert_eq!(
+        p.next_deadline(),
+        None,
+        "no timer while waiting for the device"
+    );
+    assert!(writes(&p.submit(3, 4160, 500 * US).unwrap()).is_empty());
     let w = writes(&p.completed(0, 1_000 * US).unwrap());
     assert_eq!(w.len(), 1);
-    assert_eq!(w[0].reqs, vec![(1, 4160), (2, 4160)]);
-    assert_eq!(w[0].padded_bytes, 8704);
+    assert_eq!(w[0].reqs, vec![(1, 4160), (2, 4160), (3, 4160)]);
+    assert_eq!(w[0].padded_bytes, 12800);
 }
 
 #[test]
@@ -101,25 +106,27 @@ fn idle_second_device_takes_the_next_request_at_once() {
 }
 
 #[test]
-fn active_device_changes_after_each_batch() {
+fn an_expired_batch_goes_to_whichever_device_frees_first() {
     let mut p = Policy::new(cfg(100 * US), model(), &starts(2, 8));
-    p.submit(0, 4160, 0).unwrap();
-    p.submit(1, 4160, 1).unwrap();
-    // Both devices busy; batch A gathers on one device, then T_wait passes and batch B starts.
+    let a = writes(&p.submit(0, 4160, 0).unwrap());
+    let b = writes(&p.submit(1, 4160, 1).unwrap());
     p.submit(2, 4160, 10 * US).unwrap();
-    p.submit(3, 4160, 200 * US).unwrap();
-    p.submit(4, 4160, 210 * US).unwrap();
-    let first = writes(&p.completed(0, 1_000 * US).unwrap());
-    let second = writes(&p.completed(1, 1_000 * US).unwrap());
-    let mut all: Vec<_> = first.iter().chain(second.iter()).collect();
-    all.sort_by_key(|w| w.reqs[0].0);
-    assert_eq!(all.len(), 2);
-    assert_eq!(all[0].reqs, vec![(2, 4160)]);
-    assert_eq!(all[1].reqs, vec![(3, 4160), (4, 4160)]);
-    assert_ne!(
-        all[0].dev, all[1].dev,
-        "consecutive batches go to different devices"
-    );
+    assert!(p.poll(200 * US).is_empty(), "both devices busy");
+    let freed = b[0].dev;
+    let w = writes(&p.completed(freed, 900 * US).unwrap());
+    assert_eq!(w.len(), 1);
+    assert_eq!((w[0].dev, w[0].reqs.clone()), (freed, vec![(2, 4160)]));
+    assert_ne!(a[0].dev, freed);
+}
+
+#[test]
+fn without_dispatch_on_idle_a_free_device_waits_for_t_wait() {
+    let mut p = Policy::new(cfg(400 * US), model(), &starts(1, 8));
+    p.submit(0, 4160, 0).unwrap();
+    p.submit(1, 4160, 10 * US).unwrap();
+    assert!(writes(&p.completed(0, 100 * US).unwrap()).is_empty());
+    let w = writes(&p.poll(410 * US));
+    assert_eq!(w[0].reqs, vec![(1, 4160)]);
 }
 
 #[test]
@@ -224,7 +231,20 @@ fn simulate(c: PolicyConfig, devs: usize, arrivals: &[(u64, u64)]) -> Vec<Write>
             .into_iter()
             .flatten()
             .min();
-        let Some(now) = now else { break };
+        let Some(now) = now else {
+            // Quiet, but requests wait for space: the consumers release a segment.
+            if p.stalled() == 0 && p.gathering() == 0 {
+                break;
+            }
+            let t = log.last().map_or(0, |w: &Write| w.offset) + 1;
+            for d in 0..devs {
+                for w in writes(&p.segment_released(d, t).unwrap()) {
+                    in_flight[w.dev] = Some(m.completion_time(w.dev, w.offset, w.padded_bytes, t));
+                    log.push(w);
+                }
+            }
+            continue;
+        };
         let actions = if completion.is_some_and(|c| c.0 == now) {
             let dev = completion.map_or(0, |c| c.1);
             in_flight[dev] = None;

@@ -1,0 +1,247 @@
+//! The `mariner` command. Thin: argument parsing and output; the work is in the crates.
+
+mod client;
+mod logtool;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use bytesize::ByteSize;
+use clap::{Args, Parser, Subcommand};
+use mariner_node::{Config, Node};
+
+#[derive(Parser)]
+#[command(
+    name = "mariner",
+    version,
+    about = "Mariner: block storage with continuous data protection",
+    long_about = "Mariner serves virtual disks (volumes) over NBD. Every write is durable in a \
+                  sequential log (the Trail log) before it is acknowledged.\n\n\
+                  Start with `mariner serve`: it creates ./mariner-data with one 1 GiB volume \
+                  `vol0` and serves it on nbd://127.0.0.1:10809."
+)]
+struct Cli {
+    /// Log format on stderr.
+    #[arg(long, global = true, value_enum, default_value = "text")]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the server (creates the data directory and a default volume on first use).
+    Serve(ServeArgs),
+    /// Create, list, inspect, grow or delete volumes on a running server.
+    #[command(subcommand)]
+    Volume(VolumeCmd),
+    /// Inspect log devices offline.
+    #[command(subcommand)]
+    Log(LogCmd),
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    /// TOML configuration file; flags override it. See docs/CONFIG.md.
+    #[arg(long, short)]
+    config: Option<PathBuf>,
+    /// Data directory [default: ./mariner-data].
+    #[arg(long, env = "MARINER_DATA")]
+    data: Option<PathBuf>,
+    /// NBD listen address, repeatable; port 0 picks a free port (see <data>/ports.json)
+    /// [default: 127.0.0.1:10809].
+    #[arg(long)]
+    listen: Vec<SocketAddr>,
+    /// Log device (file or block device), repeatable; order matters [default: <data>/log/log0].
+    #[arg(long = "log-dev")]
+    log_dev: Vec<PathBuf>,
+    /// Size of log files Mariner creates [default: 256MiB].
+    #[arg(long)]
+    log_size: Option<ByteSize>,
+    /// Batching wait T_wait in microseconds [default: 50].
+    #[arg(long)]
+    t_wait_us: Option<u64>,
+    /// Open log devices with O_DIRECT|O_DSYNC instead of write + fdatasync.
+    #[arg(long)]
+    direct_io: bool,
+    /// Size of the default volume created in a new data directory [default: 1GiB].
+    #[arg(long)]
+    default_volume_size: Option<ByteSize>,
+    /// Test only: hold unsynced writes in memory so kill -9 loses them.
+    #[arg(long, hide = true)]
+    test_volatile: bool,
+    /// Test only: do not apply the log to the volume images.
+    #[arg(long, hide = true)]
+    test_pause_apply: bool,
+}
+
+#[derive(Args, Clone)]
+struct Target {
+    /// Data directory of the running server [default: ./mariner-data].
+    #[arg(long, env = "MARINER_DATA", default_value = "mariner-data")]
+    data: PathBuf,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Subcommand)]
+enum VolumeCmd {
+    /// Create a thin volume.
+    Create {
+        name: String,
+        /// Size, e.g. 10GiB.
+        #[arg(long)]
+        size: ByteSize,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// List volumes.
+    List {
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Show one volume.
+    Info {
+        name: String,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Delete a volume and its data (refused while clients are connected).
+    Delete {
+        name: String,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Grow a volume.
+    Grow {
+        name: String,
+        /// New size, e.g. 20GiB.
+        #[arg(long)]
+        size: ByteSize,
+        #[command(flatten)]
+        target: Target,
+    },
+}
+
+#[derive(Subcommand)]
+enum LogCmd {
+    /// Print every valid record header of the log devices.
+    Dump(logtool::LogArgs),
+    /// Check every log device: superblocks, records, checksums, sequence numbers.
+    Verify(logtool::LogArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing(cli.log_format);
+    let result = match cli.command {
+        Command::Serve(a) => serve(a),
+        Command::Volume(c) => volume(c),
+        Command::Log(LogCmd::Dump(a)) => logtool::dump(&a),
+        Command::Log(LogCmd::Verify(a)) => logtool::verify(&a),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("mariner: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_tracing(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let b = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => b.init(),
+        LogFormat::Json => b.json().init(),
+    }
+}
+
+fn serve_config(a: &ServeArgs) -> Result<Config, String> {
+    let mut cfg = match &a.config {
+        Some(p) => Config::from_file(p).map_err(|e| e.to_string())?,
+        None => Config::default(),
+    };
+    if let Some(d) = &a.data {
+        cfg.data = d.clone();
+    }
+    if !a.listen.is_empty() {
+        cfg.nbd.listen = a.listen.clone();
+    }
+    if !a.log_dev.is_empty() {
+        cfg.log.devices = a.log_dev.clone();
+    }
+    if let Some(s) = a.log_size {
+        cfg.log.file_size = s;
+    }
+    if let Some(t) = a.t_wait_us {
+        cfg.log.t_wait_us = t;
+    }
+    if let Some(s) = a.default_volume_size {
+        cfg.volume.default_size = s;
+    }
+    cfg.log.direct_io |= a.direct_io;
+    cfg.test.volatile |= a.test_volatile;
+    cfg.test.pause_apply |= a.test_pause_apply;
+    Ok(cfg)
+}
+
+fn serve(a: ServeArgs) -> Result<ExitCode, String> {
+    let cfg = serve_config(&a)?;
+    let rt = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
+    let node = Node::open(cfg).map_err(|e| e.to_string())?;
+    let (_stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    rt.block_on(mariner_node::serve::run(node, stop_rx))
+        .map_err(|e| e.to_string())?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn volume(c: VolumeCmd) -> Result<ExitCode, String> {
+    let (target, value) = match c {
+        VolumeCmd::Create { name, size, target } => {
+            let body = serde_json::json!({ "name": name, "size_bytes": size.as_u64() });
+            let v = client::request(&target.data, "POST", "/v1/volumes", Some(&body))?;
+            (target, v)
+        }
+        VolumeCmd::List { target } => {
+            let v = client::request(&target.data, "GET", "/v1/volumes", None)?;
+            (target, v)
+        }
+        VolumeCmd::Info { name, target } => {
+            let v = client::request(&target.data, "GET", &format!("/v1/volumes/{name}"), None)?;
+            (target, v)
+        }
+        VolumeCmd::Delete { name, target } => {
+            client::request(&target.data, "DELETE", &format!("/v1/volumes/{name}"), None)?;
+            println!("deleted {name}");
+            return Ok(ExitCode::SUCCESS);
+        }
+        VolumeCmd::Grow { name, size, target } => {
+            let body = serde_json::json!({ "size_bytes": size.as_u64() });
+            let path = format!("/v1/volumes/{name}/grow");
+            let v = client::request(&target.data, "POST", &path, Some(&body))?;
+            (target, v)
+        }
+    };
+    if target.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&value).unwrap_or_default()
+        );
+    } else {
+        client::print_volumes(&value);
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,157 @@
+//! The admin API: HTTP/JSON on `<data>/admin.sock`, a Unix socket only the data directory's
+//! owner can open (mode 0600). Restoring or exporting the past of a volume is as powerful as
+//! reading and writing it, so there is no TCP listener (DESIGN.md "Security defaults").
+//!
+//! | method | path                          | body                 | answer            |
+//! |--------|-------------------------------|----------------------|-------------------|
+//! | GET    | /v1/volumes                   |                      | [VolumeInfo]      |
+//! | POST   | /v1/volumes                   | {name, size_bytes}   | VolumeInfo        |
+//! | GET    | /v1/volumes/{name}            |                      | VolumeInfo        |
+//! | DELETE | /v1/volumes/{name}            |                      | {}                |
+//! | POST   | /v1/volumes/{name}/grow       | {size_bytes}         | VolumeInfo        |
+//! | GET    | /v1/status                    |                      | status object     |
+//! | GET    | /metrics                      |                      | Prometheus text   |
+//!
+//! Errors answer `{"error": "..."}` with 400 (bad request), 404 (no such volume), 409 (exists,
+//! or busy) or 500.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use axum::extract::{Path as UrlPath, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::{Node, NodeError};
+
+#[derive(Debug, Deserialize)]
+struct CreateVolume {
+    name: String,
+    size_bytes: u64,
+}
+
+#[derive(Debug, Deserialize)]
+struct GrowVolume {
+    size_bytes: u64,
+}
+
+struct ApiError(NodeError);
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = match &self.0 {
+            NodeError::NotFound(_) => StatusCode::NOT_FOUND,
+            NodeError::Exists(_) | NodeError::Busy(_) => StatusCode::CONFLICT,
+            NodeError::BadRequest(_) | NodeError::Config(_) => StatusCode::BAD_REQUEST,
+            _ => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        (status, Json(json!({ "error": self.0.to_string() }))).into_response()
+    }
+}
+
+type ApiResult = Result<Response, ApiError>;
+
+/// Runs a blocking node operation off the async threads.
+async fn blocking<T, F>(node: Arc<Node>, f: F) -> Result<T, ApiError>
+where
+    F: FnOnce(&Node) -> Result<T, NodeError> + Send + 'static,
+    T: Send + 'static,
+{
+    tokio::task::spawn_blocking(move || f(&node))
+        .await
+        .map_err(|e| ApiError(NodeError::Io(e.to_string())))?
+        .map_err(ApiError)
+}
+
+async fn list(State(node): State<Arc<Node>>) -> ApiResult {
+    let infos = blocking(node, |n| {
+        Ok(n.volume_names()
+            .iter()
+            .filter_map(|v| n.volume_info(v))
+            .collect::<Vec<_>>())
+    })
+    .await?;
+    Ok(Json(infos).into_response())
+}
+
+async fn create(State(node): State<Arc<Node>>, Json(req): Json<CreateVolume>) -> ApiResult {
+    let info = blocking(node, move |n| n.create_volume(&req.name, req.size_bytes)).await?;
+    Ok((StatusCode::CREATED, Json(info)).into_response())
+}
+
+async fn info(State(node): State<Arc<Node>>, UrlPath(name): UrlPath<String>) -> ApiResult {
+    let info = blocking(node, move |n| {
+        n.volume_info(&name).ok_or(NodeError::NotFound(name))
+    })
+    .await?;
+    Ok(Json(info).into_response())
+}
+
+async fn delete(State(node): State<Arc<Node>>, UrlPath(name): UrlPath<String>) -> ApiResult {
+    blocking(node, move |n| n.delete_volume(&name)).await?;
+    Ok(Json(json!({})).into_response())
+}
+
+async fn grow(
+    State(node): State<Arc<Node>>,
+    UrlPath(name): UrlPath<String>,
+    Json(req): Json<GrowVolume>,
+) -> ApiResult {
+    let info = blocking(node, move |n| n.grow_volume(&name, req.size_bytes)).await?;
+    Ok(Json(info).into_response())
+}
+
+async fn status(State(node): State<Arc<Node>>) -> ApiResult {
+    let sb = *node.log().superblock();
+    let body = json!({
+        "data": node.data_dir(),
+        "recovery": node.recovery,
+        "log": {
+            "log_id": format!("{:032x}", sb.log_id),
+            "devices": sb.device_count,
+            "segment_bytes": sb.segment_bytes,
+            "segments_per_device": sb.segment_count,
+            "failed": node.log().failure(),
+        },
+        "store": { "failed": node.store().failure(), "progress_seq": node.store().progress().applied_seq },
+        "volumes": node.volume_names(),
+    });
+    Ok(Json(body).into_response())
+}
+
+async fn metrics(State(node): State<Arc<Node>>) -> Response {
+    let body = crate::metrics::render(&node);
+    ([("content-type", "text/plain; version=0.0.4")], body).into_response()
+}
+
+pub fn router(node: Arc<Node>) -> Router {
+    Router::new()
+        .route("/v1/volumes", get(list).post(create))
+        .route("/v1/volumes/{name}", get(info).delete(delete))
+        .route("/v1/volumes/{name}/grow", post(grow))
+        .route("/v1/status", get(status))
+        .route("/metrics", get(metrics))
+        .with_state(node)
+}
+
+/// Binds `<data>/admin.sock` with mode 0600 without a window in which others could connect: the
+/// socket is made in a private (0700) directory, restricted, then renamed into place.
+pub fn bind(data: &Path) -> std::io::Result<(tokio::net::UnixListener, PathBuf)> {
+    let path = data.join("admin.sock");
+    let private = data.join(".admin-bind");
+    let _ = std::fs::remove_dir_all(&private);
+    std::fs::create_dir(&private)?;
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700))?;
+    let tmp = private.join("admin.sock");
+    let listener = tokio::net::UnixListener::bind(&tmp)?;
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600))?;
+    let _ = std::fs::remove_file(&path); // stale socket: we hold the data directory's lock
+    std::fs::rename(&tmp, &path)?;
+    std::fs::remove_dir(&private)?;
+    Ok((listener, path))
+}

@@ -1,0 +1,173 @@
+//! The node's configuration: defaults that give a working node with no file at all, a TOML
+//! file for the rest, command-line flags on top.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use bytesize::ByteSize;
+use serde::{Deserialize, Serialize};
+
+use crate::NodeError;
+
+/// Everything `mariner serve` needs. Unknown keys in the file are errors.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// The data directory (created if absent).
+    pub data: PathBuf,
+    pub nbd: NbdConfig,
+    pub log: LogSection,
+    pub store: StoreSection,
+    pub volume: VolumeDefaults,
+    /// Test-only switches; not for production.
+    pub test: TestSection,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NbdConfig {
+    /// Addresses to serve NBD on (port 0 picks a free port; see `<data>/ports.json`).
+    pub listen: Vec<SocketAddr>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogSection {
+    /// Log devices: files or block devices. Empty: one file `<data>/log/log0`.
+    pub devices: Vec<PathBuf>,
+    /// Size of log files created by Mariner (existing files and block devices keep theirs).
+    pub file_size: ByteSize,
+    /// Segment (track) size; bounds the largest single write.
+    pub segment_size: ByteSize,
+    /// mariner-paper.md §4 T_wait in microseconds. See docs/benchmarks.md for the sweep.
+    pub t_wait_us: u64,
+    /// mariner-paper.md eq. 2 T_switch (0 disables early track switches).
+    pub t_switch: f64,
+    /// Send a gathering batch as soon as its device falls idle.
+    pub dispatch_on_idle: bool,
+    /// Open log devices with O_DIRECT|O_DSYNC instead of buffered write + fdatasync.
+    pub direct_io: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StoreSection {
+    /// Sync the images and release log space at least this often.
+    pub sync_interval_ms: u64,
+    /// ... or after this much was applied.
+    pub sync_size: ByteSize,
+    /// Write payloads kept in memory for the applier (beyond: read back from the log).
+    pub payload_budget: ByteSize,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct VolumeDefaults {
+    /// Name of the volume created in a new data directory ("" creates none).
+    pub default_name: String,
+    /// Its size.
+    pub default_size: ByteSize,
+    /// Logical block size of new volumes.
+    pub block_size: u32,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TestSection {
+    /// Hold every write to log devices and images in memory until it is synced, so `kill -9`
+    /// loses exactly what was not synced. For crash tests.
+    pub volatile: bool,
+    /// Do not apply records to the images (recovery measurements).
+    pub pause_apply: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            data: PathBuf::from("mariner-data"),
+            nbd: NbdConfig::default(),
+            log: LogSection::default(),
+            store: StoreSection::default(),
+            volume: VolumeDefaults::default(),
+            test: TestSection::default(),
+        }
+    }
+}
+
+impl Default for NbdConfig {
+    fn default() -> Self {
+        Self {
+            listen: vec![SocketAddr::from(([127, 0, 0, 1], 10809))],
+        }
+    }
+}
+
+impl Default for LogSection {
+    fn default() -> Self {
+        Self {
+            devices: Vec::new(),
+            file_size: ByteSize::mib(256),
+            segment_size: ByteSize::mib(4),
+            t_wait_us: 50,
+            t_switch: 0.0,
+            dispatch_on_idle: true,
+            direct_io: false,
+        }
+    }
+}
+
+impl Default for StoreSection {
+    fn default() -> Self {
+        Self {
+            sync_interval_ms: 500,
+            sync_size: ByteSize::mib(64),
+            payload_budget: ByteSize::mib(64),
+        }
+    }
+}
+
+impl Default for VolumeDefaults {
+    fn default() -> Self {
+        Self {
+            default_name: "vol0".into(),
+            default_size: ByteSize::gib(1),
+            block_size: 512,
+        }
+    }
+}
+
+impl Config {
+    /// Reads a TOML file over the defaults.
+    pub fn from_file(path: &Path) -> Result<Self, NodeError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| NodeError::Config(format!("{}: {e}", path.display())))?;
+        toml::from_str(&text).map_err(|e| NodeError::Config(format!("{}: {e}", path.display())))
+    }
+
+    /// Checks values that the types cannot.
+    pub fn validate(&self) -> Result<(), NodeError> {
+        let bad = |m: &str| Err(NodeError::Config(m.to_string()));
+        if self.nbd.listen.is_empty() {
+            return bad("nbd.listen: at least one address");
+        }
+        let seg = self.log.segment_size.as_u64();
+        if !(64 * 1024..=256 << 20).contains(&seg) || !seg.is_multiple_of(4096) {
+            return bad("log.segment_size: a multiple of 4 KiB between 64 KiB and 256 MiB");
+        }
+        if self.log.file_size.as_u64() < 64 * 1024 + 4 * seg {
+            return bad("log.file_size: room for at least four segments");
+        }
+        if !self.log.t_switch.is_finite() || self.log.t_switch < 0.0 {
+            return bad("log.t_switch: a number >= 0 (0 disables early switching)");
+        }
+        if !self.volume.block_size.is_power_of_two()
+            || !(512..=4096).contains(&self.volume.block_size)
+        {
+            return bad("volume.block_size: 512, 1024, 2048 or 4096");
+        }
+        if self.store.sync_interval_ms == 0 {
+            return bad("store.sync_interval_ms: at least 1");
+        }
+        Ok(())
+    }
+}

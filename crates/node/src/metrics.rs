@@ -1,0 +1,223 @@
+//! `/metrics`: Prometheus text exposition format 0.0.4.
+
+use std::fmt::Write;
+use std::sync::atomic::Ordering::Relaxed;
+
+use mariner_log::Histogram;
+
+use crate::Node;
+
+/// Renders every metric of the node.
+pub fn render(node: &Node) -> String {
+    let mut out = String::new();
+    log_metrics(&mut out, node);
+    store_metrics(&mut out, node);
+    volume_metrics(&mut out, node);
+    let r = &node.recovery;
+    gauge(
+        &mut out,
+        "mariner_recovery_seconds",
+        "Time the last start-up recovery took.",
+        r.elapsed_ms / 1000.0,
+    );
+    gauge(
+        &mut out,
+        "mariner_recovery_records",
+        "Records replayed by the last recovery.",
+        r.records_replayed as f64,
+    );
+    out
+}
+
+fn log_metrics(out: &mut String, node: &Node) {
+    let s = node.log().stats();
+    counter(
+        out,
+        "mariner_log_records_total",
+        "Records made durable.",
+        s.records.load(Relaxed),
+    );
+    counter(
+        out,
+        "mariner_log_batches_total",
+        "Physical log writes.",
+        s.batches.load(Relaxed),
+    );
+    counter(
+        out,
+        "mariner_log_bytes_written_total",
+        "Bytes written to log devices.",
+        s.bytes_written.load(Relaxed),
+    );
+    histogram(
+        out,
+        "mariner_log_batch_records",
+        "Records per physical write.",
+        &s.batch_records,
+        1.0,
+    );
+    histogram(
+        out,
+        "mariner_ack_latency_seconds",
+        "Time from a write's arrival at the log to its acknowledgement.",
+        &s.ack_latency_us,
+        1e-6,
+    );
+    histogram(
+        out,
+        "mariner_log_device_write_seconds",
+        "Time of one physical log write including its sync.",
+        &s.device_write_us,
+        1e-6,
+    );
+    let used = s.segments_used.load(Relaxed) as f64;
+    let total = s.segments_total.load(Relaxed).max(1) as f64;
+    gauge(
+        out,
+        "mariner_log_fill_ratio",
+        "Share of log segments not yet reusable.",
+        used / total,
+    );
+    gauge(
+        out,
+        "mariner_log_stalled_writes",
+        "Writes waiting for log space.",
+        s.stalled.load(Relaxed) as f64,
+    );
+    gauge(
+        out,
+        "mariner_log_durable_seq",
+        "Highest durable sequence number.",
+        s.durable_seq.load(Relaxed) as f64,
+    );
+    let failed = if node.log().failure().is_some() {
+        1.0
+    } else {
+        0.0
+    };
+    gauge(
+        out,
+        "mariner_log_failed",
+        "1 when the log failed and volumes are read-only.",
+        failed,
+    );
+}
+
+fn store_metrics(out: &mut String, node: &Node) {
+    let s = node.store().stats();
+    let durable = node.log().stats().durable_seq.load(Relaxed);
+    let applied = s.applied_seq.load(Relaxed);
+    gauge(
+        out,
+        "mariner_apply_lag_records",
+        "Durable records not yet applied to the images.",
+        durable.saturating_sub(applied) as f64,
+    );
+    gauge(
+        out,
+        "mariner_store_applied_seq",
+        "Highest sequence number applied.",
+        applied as f64,
+    );
+    gauge(
+        out,
+        "mariner_store_synced_seq",
+        "Highest sequence number synced in the images.",
+        s.synced_seq.load(Relaxed) as f64,
+    );
+    counter(
+        out,
+        "mariner_store_applied_bytes_total",
+        "Bytes applied to images.",
+        s.applied_bytes.load(Relaxed),
+    );
+    counter(
+        out,
+        "mariner_store_syncs_total",
+        "Image syncs.",
+        s.syncs.load(Relaxed),
+    );
+    counter(
+        out,
+        "mariner_store_log_reads_total",
+        "Records read back from the log.",
+        s.log_reads.load(Relaxed),
+    );
+    gauge(
+        out,
+        "mariner_store_queued_records",
+        "Records waiting to be applied.",
+        s.queued_records.load(Relaxed) as f64,
+    );
+    let failed = if node.store().failure().is_some() {
+        1.0
+    } else {
+        0.0
+    };
+    gauge(
+        out,
+        "mariner_store_failed",
+        "1 when applying failed and volumes are read-only.",
+        failed,
+    );
+}
+
+fn volume_metrics(out: &mut String, node: &Node) {
+    let names = node.volume_names();
+    let families: [(&str, &str, &str); 5] = [
+        ("mariner_volume_reads_total", "counter", "Read requests."),
+        ("mariner_volume_read_bytes_total", "counter", "Bytes read."),
+        ("mariner_volume_writes_total", "counter", "Write requests."),
+        (
+            "mariner_volume_write_bytes_total",
+            "counter",
+            "Bytes written.",
+        ),
+        (
+            "mariner_volume_read_only",
+            "gauge",
+            "1 when the volume is read-only after an I/O error.",
+        ),
+    ];
+    for (name, kind, help) in families {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for v in names.iter().filter_map(|n| node.volume(n)) {
+            let st = &v.stats;
+            let value = match name {
+                "mariner_volume_reads_total" => st.reads.load(Relaxed),
+                "mariner_volume_read_bytes_total" => st.read_bytes.load(Relaxed),
+                "mariner_volume_writes_total" => st.writes.load(Relaxed),
+                "mariner_volume_write_bytes_total" => st.write_bytes.load(Relaxed),
+                _ => u64::from(v.read_only_reason().is_some()),
+            };
+            let _ = writeln!(out, "{name}{{volume=\"{}\"}} {value}", v.meta().name);
+        }
+    }
+}
+
+fn counter(out: &mut String, name: &str, help: &str, v: u64) {
+    let _ = writeln!(
+        out,
+        "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}"
+    );
+}
+
+fn gauge(out: &mut String, name: &str, help: &str, v: f64) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
+}
+
+/// A histogram whose bucket bounds are multiplied by `scale` (e.g. µs → s).
+fn histogram(out: &mut String, name: &str, help: &str, h: &Histogram, scale: f64) {
+    let (buckets, sum, count) = h.snapshot();
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+    for (bound, cumulative) in buckets {
+        let _ = writeln!(
+            out,
+            "{name}_bucket{{le=\"{}\"}} {cumulative}",
+            bound as f64 * scale
+        );
+    }
+    let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {count}");
+    let _ = writeln!(out, "{name}_sum {}", sum as f64 * scale);
+    let _ = writeln!(out, "{name}_count {count}");
+}

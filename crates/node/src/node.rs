@@ -1,0 +1,525 @@
+//! A running node: data directory, log, store and volumes, opened and recovered together.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use mariner_disk::{Disk, FileDisk, OpenOptions, VolatileDisk};
+use mariner_log::{LinearModel, Log, LogConfig};
+use mariner_nbd::{Export, ExportInfo, Exports};
+use mariner_store::{Progress, Store, StoreConfig};
+use serde::Serialize;
+
+use crate::config::Config;
+use crate::datadir::{DataDir, NodeState, VolumeMeta, FORMAT_VERSION};
+use crate::volume::Volume;
+use crate::NodeError;
+
+/// What recovery did at start-up.
+#[derive(Debug, Clone, Serialize)]
+pub struct RecoveryReport {
+    pub records_replayed: usize,
+    pub voided: usize,
+    pub segments_scanned: u64,
+    pub bytes_scanned: u64,
+    pub torn_tails: u64,
+    pub elapsed_ms: f64,
+}
+
+/// A volume as `volume list` / `volume info` show it.
+#[derive(Debug, Clone, Serialize)]
+pub struct VolumeInfo {
+    pub id: u32,
+    pub name: String,
+    pub size_bytes: u64,
+    pub block_size: u32,
+    pub allocated_bytes: u64,
+    pub connections: usize,
+    pub read_only: Option<String>,
+    pub created_ns: u64,
+}
+
+pub struct Node {
+    pub(crate) cfg: Config,
+    pub(crate) dir: DataDir,
+    state: Mutex<NodeState>,
+    pub(crate) log: Log,
+    pub(crate) store: Arc<Store>,
+    volumes: RwLock<BTreeMap<String, Arc<Volume>>>,
+    connections: Mutex<HashMap<String, usize>>,
+    pub recovery: RecoveryReport,
+    /// Serialises volume create/delete/grow.
+    admin: Mutex<()>,
+}
+
+fn now_ns() -> u64 {
+    let d = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or(Duration::ZERO);
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// Volume names: 1–64 of `[A-Za-z0-9._-]`, not starting with a dot or dash.
+pub fn valid_volume_name(name: &str) -> bool {
+    let ok_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
+    (1..=64).contains(&name.len())
+        && name.chars().all(ok_char)
+        && !name.starts_with('.')
+        && !name.starts_with('-')
+}
+
+impl Node {
+    /// Opens (or on first use creates) the node described by `cfg`, running recovery.
+    pub fn open(cfg: Config) -> Result<Arc<Self>, NodeError> {
+        cfg.validate()?;
+        let dir = DataDir::open(&cfg.data)?;
+        let (state, fresh) = match dir.load_state()? {
+            Some(s) => (s, false),
+            None => (initialise(&dir, &cfg)?, true),
+        };
+        let devices = open_log_devices(&dir, &cfg, &state)?;
+        let progress = Progress::load(&dir.path("store.progress"))
+            .map_err(|e| NodeError::Corrupt(format!("store.progress: {e}")))?;
+        let store = Store::new(store_config(&dir, &cfg), progress);
+        let metas = dir.load_volumes()?;
+        for m in &metas {
+            let image = open_image(&dir, &cfg, m, false)?;
+            store.add_volume(m.id, image, m.size_bytes);
+        }
+        let sink: Arc<dyn mariner_log::DurableSink> = store.clone();
+        let (log, rec) = Log::open(
+            devices,
+            log_config(&cfg),
+            state.log_id()?,
+            progress.applied_seq,
+            progress.applied_ts,
+            sink,
+        )?;
+        store.set_paused(cfg.test.pause_apply);
+        store
+            .start(log.clone(), &rec.records)
+            .map_err(|e| NodeError::Io(e.to_string()))?;
+        let recovery = RecoveryReport {
+            records_replayed: rec.records.len(),
+            voided: rec.voided.len(),
+            segments_scanned: rec.segments_scanned,
+            bytes_scanned: rec.bytes_scanned,
+            torn_tails: rec.torn_tails,
+            elapsed_ms: rec.elapsed.as_secs_f64() * 1000.0,
+        };
+        tracing::info!(
+            records_replayed = recovery.records_replayed,
+            voided = recovery.voided,
+            torn_tails = recovery.torn_tails,
+            bytes_scanned = recovery.bytes_scanned,
+            elapsed_ms = recovery.elapsed_ms,
+            "recovery complete"
+        );
+        let volumes = metas
+            .into_iter()
+            .map(|m| {
+                (
+                    m.name.clone(),
+                    Arc::new(Volume::new(m, log.clone(), store.clone())),
+                )
+            })
+            .collect();
+        let node = Arc::new(Self {
+            cfg,
+            dir,
+            state: Mutex::new(state),
+            log,
+            store,
+            volumes: RwLock::new(volumes),
+            connections: Mutex::new(HashMap::new()),
+            recovery,
+            admin: Mutex::new(()),
+        });
+        if fresh && !node.cfg.volume.default_name.is_empty() {
+            let name = node.cfg.volume.default_name.clone();
+            node.create_volume(&name, node.cfg.volume.default_size.as_u64())?;
+        }
+        node.warn_overcommit();
+        Ok(node)
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    pub fn data_dir(&self) -> &Path {
+        self.dir.root()
+    }
+
+    pub fn log(&self) -> &Log {
+        &self.log
+    }
+
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
+    pub fn volume(&self, name: &str) -> Option<Arc<Volume>> {
+        self.volumes.read().ok()?.get(name).cloned()
+    }
+
+    pub fn volume_names(&self) -> Vec<String> {
+        self.volumes
+            .read()
+            .map(|v| v.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    pub fn volume_info(&self, name: &str) -> Option<VolumeInfo> {
+        let v = self.volume(name)?;
+        let m = v.meta();
+        let allocated = self
+            .store
+            .allocation(m.id, 0, m.size_bytes)
+            .map(|ex| {
+                ex.iter()
+                    .filter(|(_, a)| *a == mariner_store::Allocation::Data)
+                    .map(|(l, _)| *l)
+                    .sum()
+            })
+            .unwrap_or(0);
+        Some(VolumeInfo {
+            id: m.id,
+            name: m.name.clone(),
+            size_bytes: m.size_bytes,
+            block_size: m.block_size,
+            allocated_bytes: allocated,
+            connections: self.connections(name),
+            read_only: v.read_only_reason(),
+            created_ns: m.created_ns,
+        })
+    }
+
+    pub fn connections(&self, name: &str) -> usize {
+        self.connections
+            .lock()
+            .map(|c| c.get(name).copied().unwrap_or(0))
+            .unwrap_or(0)
+    }
+
+    /// Creates a thin volume.
+    pub fn create_volume(&self, name: &str, size_bytes: u64) -> Result<VolumeInfo, NodeError> {
+        let _g = self
+            .admin
+            .lock()
+            .map_err(|_| NodeError::Io("lock poisoned".into()))?;
+        if !valid_volume_name(name) {
+            return Err(NodeError::BadRequest(format!(
+                "invalid volume name {name:?}: 1-64 of A-Z a-z 0-9 . _ -, not starting with . or -"
+            )));
+        }
+        let bs = u64::from(self.cfg.volume.block_size);
+        if size_bytes == 0 || !size_bytes.is_multiple_of(bs) || size_bytes > 1 << 50 {
+            return Err(NodeError::BadRequest(format!(
+                "volume size must be a positive multiple of the block size {bs} (at most 1 PiB)"
+            )));
+        }
+        if self.volume(name).is_some() {
+            return Err(NodeError::Exists(name.to_string()));
+        }
+        let id = {
+            let mut st = self
+                .state
+                .lock()
+                .map_err(|_| NodeError::Io("lock poisoned".into()))?;
+            let id = st.next_volume_id;
+            st.next_volume_id += 1;
+            self.dir.save_state(&st)?;
+            id
+        };
+        let meta = VolumeMeta {
+            id,
+            name: name.to_string(),
+            size_bytes,
+            block_size: self.cfg.volume.block_size,
+            created_ns: now_ns(),
+        };
+        let image = open_image(&self.dir, &self.cfg, &meta, true)?;
+        self.dir.save_volume(&meta)?;
+        self.store.add_volume(id, image, size_bytes);
+        let vol = Arc::new(Volume::new(meta, self.log.clone(), self.store.clone()));
+        if let Ok(mut v) = self.volumes.write() {
+            v.insert(name.to_string(), vol);
+        }
+        tracing::info!(volume = name, id, size_bytes, "volume created");
+        self.warn_overcommit();
+        self.volume_info(name)
+            .ok_or_else(|| NodeError::NotFound(name.to_string()))
+    }
+
+    /// Deletes a volume; refused while clients are connected to it.
+    pub fn delete_volume(&self, name: &str) -> Result<(), NodeError> {
+        let _g = self
+            .admin
+            .lock()
+            .map_err(|_| NodeError::Io("lock poisoned".into()))?;
+        let vol = self
+            .volume(name)
+            .ok_or_else(|| NodeError::NotFound(name.to_string()))?;
+        // Holding the connection table while removing makes a racing connect either see the
+        // volume gone or be counted before the check.
+        let conns = self
+            .connections
+            .lock()
+            .map_err(|_| NodeError::Io("lock poisoned".into()))?;
+        let n = conns.get(name).copied().unwrap_or(0);
+        if n > 0 {
+            return Err(NodeError::Busy(format!(
+                "volume {name} has {n} connected client(s)"
+            )));
+        }
+        if let Ok(mut v) = self.volumes.write() {
+            v.remove(name);
+        }
+        drop(conns);
+        self.store.remove_volume(vol.meta().id);
+        self.dir.delete_volume(name)?;
+        tracing::info!(volume = name, "volume deleted");
+        Ok(())
+    }
+
+    /// Grows a volume (shrinking is refused: it would destroy data silently).
+    pub fn grow_volume(&self, name: &str, size_bytes: u64) -> Result<VolumeInfo, NodeError> {
+        let _g = self
+            .admin
+            .lock()
+            .map_err(|_| NodeError::Io("lock poisoned".into()))?;
+        let vol = self
+            .volume(name)
+            .ok_or_else(|| NodeError::NotFound(name.to_string()))?;
+        let mut m = vol.meta();
+        let bs = u64::from(m.block_size);
+        if size_bytes < m.size_bytes || !size_bytes.is_multiple_of(bs) || size_bytes > 1 << 50 {
+            return Err(NodeError::BadRequest(format!(
+                "new size must be at least the current {} bytes and a multiple of {bs}",
+                m.size_bytes
+            )));
+        }
+        self.store
+            .grow_volume(m.id, size_bytes)
+            .map_err(|e| NodeError::Io(e.to_string()))?;
+        m.size_bytes = size_bytes;
+        self.dir.save_volume(&m)?;
+        vol.set_size(size_bytes);
+        tracing::info!(volume = name, size_bytes, "volume grown");
+        self.warn_overcommit();
+        self.volume_info(name)
+            .ok_or_else(|| NodeError::NotFound(name.to_string()))
+    }
+
+    /// Warns when thin volumes could outgrow the space left for them.
+    fn warn_overcommit(&self) {
+        let Ok(vfs) = rustix::fs::statvfs(self.dir.root()) else {
+            return;
+        };
+        let free = vfs.f_bavail.saturating_mul(vfs.f_frsize);
+        let mut unallocated = 0u64;
+        for name in self.volume_names() {
+            if let Some(i) = self.volume_info(&name) {
+                unallocated += i.size_bytes.saturating_sub(i.allocated_bytes);
+            }
+        }
+        if unallocated > free {
+            tracing::warn!(
+                unallocated_bytes = unallocated,
+                free_bytes = free,
+                "thin volumes are overcommitted: filling them would exhaust the data directory"
+            );
+        }
+    }
+
+    /// Stops the store (final sync) and the log.
+    pub fn shutdown(&self) {
+        self.store.shutdown();
+        self.log.shutdown();
+    }
+}
+
+impl Exports for Node {
+    fn list(&self) -> Vec<ExportInfo> {
+        let vols: Vec<_> = self
+            .volumes
+            .read()
+            .map(|v| v.values().cloned().collect())
+            .unwrap_or_default();
+        vols.iter().map(|v| v.info()).collect()
+    }
+
+    fn default_name(&self) -> Option<String> {
+        let d = &self.cfg.volume.default_name;
+        if self.volume(d).is_some() {
+            return Some(d.clone());
+        }
+        self.volume_names().into_iter().next()
+    }
+
+    fn open(&self, name: &str) -> Option<Arc<dyn Export>> {
+        self.volume(name).map(|v| v as Arc<dyn Export>)
+    }
+
+    fn connection_opened(&self, name: &str) {
+        if let Ok(mut c) = self.connections.lock() {
+            *c.entry(name.to_string()).or_insert(0) += 1;
+        }
+    }
+
+    fn connection_closed(&self, name: &str) {
+        if let Ok(mut c) = self.connections.lock() {
+            if let Some(n) = c.get_mut(name) {
+                *n = n.saturating_sub(1);
+            }
+        }
+    }
+}
+
+fn initialise(dir: &DataDir, cfg: &Config) -> Result<NodeState, NodeError> {
+    let devices: Vec<PathBuf> = if cfg.log.devices.is_empty() {
+        vec![dir.path("log/log0")]
+    } else {
+        cfg.log.devices.clone()
+    };
+    for d in &devices {
+        if !d.exists() {
+            create_log_file(d, cfg.log.file_size.as_u64())?;
+        }
+    }
+    let log_id = uuid::Uuid::new_v4().as_u128();
+    let disks = devices
+        .iter()
+        .map(|p| open_disk(p, cfg.log.direct_io, cfg.test.volatile))
+        .collect::<Result<Vec<_>, _>>()?;
+    Log::format(&disks, &log_config(cfg), log_id)?;
+    for d in &disks {
+        d.sync().map_err(|e| NodeError::Io(e.to_string()))?;
+    }
+    let state = NodeState {
+        format_version: FORMAT_VERSION,
+        log_id: format!("{log_id:032x}"),
+        log_devices: devices,
+        next_volume_id: 1,
+        created_ns: now_ns(),
+    };
+    dir.save_state(&state)?;
+    tracing::info!(data = %dir.root().display(), "initialised a new data directory");
+    Ok(state)
+}
+
+fn create_log_file(path: &Path, size: u64) -> Result<(), NodeError> {
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)
+            .map_err(|e| NodeError::Io(format!("{}: {e}", parent.display())))?;
+    }
+    let f = std::fs::File::options()
+        .create_new(true)
+        .write(true)
+        .open(path)
+        .map_err(|e| NodeError::Io(format!("{}: {e}", path.display())))?;
+    // Preallocate: appends into allocated blocks sync faster than into a sparse file.
+    let io = |e: std::io::Error| NodeError::Io(format!("{}: {e}", path.display()));
+    if rustix::fs::fallocate(&f, rustix::fs::FallocateFlags::empty(), 0, size).is_err() {
+        f.set_len(size).map_err(io)?;
+    }
+    f.sync_all()
+        .map_err(|e| NodeError::Io(format!("{}: {e}", path.display())))
+}
+
+fn open_log_devices(
+    dir: &DataDir,
+    cfg: &Config,
+    state: &NodeState,
+) -> Result<Vec<Arc<dyn Disk>>, NodeError> {
+    if !cfg.log.devices.is_empty() && cfg.log.devices != state.log_devices {
+        return Err(NodeError::Config(format!(
+            "log devices {:?} differ from {:?}, which {} was created with",
+            cfg.log.devices,
+            state.log_devices,
+            dir.root().display()
+        )));
+    }
+    state
+        .log_devices
+        .iter()
+        .map(|p| {
+            if !p.exists() {
+                return Err(NodeError::Config(format!(
+                    "log device {} is missing",
+                    p.display()
+                )));
+            }
+            open_disk(p, cfg.log.direct_io, cfg.test.volatile)
+        })
+        .collect()
+}
+
+fn open_disk(path: &Path, direct: bool, volatile: bool) -> Result<Arc<dyn Disk>, NodeError> {
+    let opts = OpenOptions::new()
+        .direct(direct && !volatile)
+        .dsync(direct && !volatile);
+    let f = FileDisk::open(path, &opts)
+        .map_err(|e| NodeError::Io(format!("{}: {e}", path.display())))?;
+    if volatile {
+        let v = VolatileDisk::new(f).map_err(|e| NodeError::Io(e.to_string()))?;
+        return Ok(Arc::new(v));
+    }
+    Ok(Arc::new(f))
+}
+
+fn open_image(
+    dir: &DataDir,
+    cfg: &Config,
+    m: &VolumeMeta,
+    create: bool,
+) -> Result<Arc<dyn Disk>, NodeError> {
+    let vdir = dir.volume_dir(&m.name);
+    let path = vdir.join("image");
+    if create {
+        std::fs::create_dir_all(&vdir)
+            .map_err(|e| NodeError::Io(format!("{}: {e}", vdir.display())))?;
+        let f = std::fs::File::create(&path)
+            .map_err(|e| NodeError::Io(format!("{}: {e}", path.display())))?;
+        f.set_len(m.size_bytes)
+            .and_then(|()| f.sync_all())
+            .map_err(|e| NodeError::Io(format!("{}: {e}", path.display())))?;
+    }
+    let disk = open_disk(&path, false, cfg.test.volatile)?;
+    let len = disk.len().map_err(|e| NodeError::Io(e.to_string()))?;
+    if len < m.size_bytes {
+        // A grow that crashed between the image and volume.json: finish it.
+        disk.set_len(m.size_bytes)
+            .and_then(|()| disk.sync())
+            .map_err(|e| NodeError::Io(e.to_string()))?;
+    }
+    Ok(disk)
+}
+
+fn log_config(cfg: &Config) -> LogConfig {
+    let l = &cfg.log;
+    LogConfig {
+        segment_bytes: l.segment_size.as_u64(),
+        align_bytes: if l.direct_io { 4096 } else { 512 },
+        t_wait_ns: l.t_wait_us * 1000,
+        t_switch: if l.t_switch == 0.0 {
+            f64::INFINITY
+        } else {
+            l.t_switch
+        },
+        dispatch_on_idle: l.dispatch_on_idle,
+        sync_each_write: !l.direct_io || cfg.test.volatile,
+        model: LinearModel::default(),
+    }
+}
+
+fn store_config(dir: &DataDir, cfg: &Config) -> StoreConfig {
+    StoreConfig {
+        progress_path: dir.path("store.progress"),
+        sync_interval_ms: cfg.store.sync_interval_ms,
+        sync_bytes: cfg.store.sync_size.as_u64(),
+        payload_budget_bytes: cfg.store.payload_budget.as_u64(),
+    }
+}

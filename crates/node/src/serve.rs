@@ -1,0 +1,94 @@
+//! `mariner serve`: bind the front ends, record the ports, serve until SIGTERM/SIGINT, then
+//! shut down in order (stop accepting, finish in-flight requests, final store sync, log).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::{admin, Node, NodeError};
+
+/// Serves `node` until a termination signal (or `stop` turns true).
+pub async fn run(node: Arc<Node>, mut stop: watch::Receiver<bool>) -> Result<(), NodeError> {
+    let mut nbd = Vec::new();
+    for addr in &node.config().nbd.listen {
+        let l = TcpListener::bind(addr)
+            .await
+            .map_err(|e| NodeError::Config(format!("cannot listen for NBD on {addr}: {e}")))?;
+        let bound = l.local_addr().map_err(|e| NodeError::Io(e.to_string()))?;
+        if !bound.ip().is_loopback() {
+            tracing::warn!(
+                %bound,
+                "NBD is served beyond loopback without TLS: anyone who can reach this address \
+                 can read and write the volumes"
+            );
+        }
+        nbd.push((l, bound));
+    }
+    let (admin_listener, admin_path) =
+        admin::bind(node.data_dir()).map_err(|e| NodeError::Io(format!("admin.sock: {e}")))?;
+    let bound: Vec<SocketAddr> = nbd.iter().map(|(_, a)| *a).collect();
+    let ports = serde_json::json!({
+        "nbd": bound.iter().map(|a| a.to_string()).collect::<Vec<_>>(),
+        "admin": admin_path,
+        "pid": std::process::id(),
+    });
+    node.dir.write_ports(&ports)?;
+    tracing::info!(nbd = ?bound, admin = %admin_path.display(), "serving");
+
+    let (quit_tx, quit_rx) = watch::channel(false);
+    let mut tasks = tokio::task::JoinSet::new();
+    for (l, _) in nbd {
+        let exports: Arc<dyn mariner_nbd::Exports> = node.clone();
+        let mut q = quit_rx.clone();
+        let cfg = mariner_nbd::ServerConfig::default();
+        tasks.spawn(async move {
+            let shutdown = async move {
+                let _ = q.wait_for(|v| *v).await;
+            };
+            if let Err(e) = mariner_nbd::serve(l, exports, cfg, shutdown).await {
+                tracing::error!(error = %e, "NBD server stopped");
+            }
+        });
+    }
+    let router = admin::router(node.clone());
+    let mut q = quit_rx.clone();
+    tasks.spawn(async move {
+        let shutdown = async move {
+            let _ = q.wait_for(|v| *v).await;
+        };
+        if let Err(e) = axum::serve(admin_listener, router)
+            .with_graceful_shutdown(shutdown)
+            .await
+        {
+            tracing::error!(error = %e, "admin API stopped");
+        }
+    });
+
+    wait_for_signal(&mut stop).await;
+    tracing::info!("shutting down: finishing in-flight requests");
+    let _ = quit_tx.send(true);
+    while tasks.join_next().await.is_some() {}
+    let n = node.clone();
+    let _ = tokio::task::spawn_blocking(move || n.shutdown()).await;
+    let _ = std::fs::remove_file(&admin_path);
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn wait_for_signal(stop: &mut watch::Receiver<bool>) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        let _ = stop.wait_for(|v| *v).await;
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+        _ = stop.wait_for(|v| *v) => {}
+    }
+}

@@ -1,0 +1,235 @@
+//! A volume as the front ends see it: writes go to the log and are acknowledged once durable
+//! there; reads come from the store, which sees every acknowledged write.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, RwLock};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use mariner_log::{Entry, Log, LogError, RecordKind};
+use mariner_nbd::{Allocation as NbdAllocation, Export, ExportError, ExportInfo};
+use mariner_store::{Allocation, Store, StoreError};
+
+use crate::datadir::VolumeMeta;
+
+/// Per-volume counters for `/metrics`.
+#[derive(Debug, Default)]
+pub struct VolumeStats {
+    pub reads: AtomicU64,
+    pub read_bytes: AtomicU64,
+    pub writes: AtomicU64,
+    pub write_bytes: AtomicU64,
+    pub trims: AtomicU64,
+    pub errors: AtomicU64,
+}
+
+pub struct Volume {
+    meta: RwLock<VolumeMeta>,
+    log: Log,
+    store: Arc<Store>,
+    pub stats: VolumeStats,
+}
+
+impl Volume {
+    pub fn new(meta: VolumeMeta, log: Log, store: Arc<Store>) -> Self {
+        Self {
+            meta: RwLock::new(meta),
+            log,
+            store,
+            stats: VolumeStats::default(),
+        }
+    }
+
+    pub fn meta(&self) -> VolumeMeta {
+        self.meta
+            .read()
+            .map(|m| m.clone())
+            .unwrap_or_else(|p| p.into_inner().clone())
+    }
+
+    pub fn set_size(&self, size: u64) {
+        if let Ok(mut m) = self.meta.write() {
+            m.size_bytes = size;
+        }
+    }
+
+    /// Why the volume is read-only, if it is: the log or the store failed.
+    pub fn read_only_reason(&self) -> Option<String> {
+        self.log
+            .failure()
+            .map(|f| format!("log failed: {f}"))
+            .or_else(|| self.store.failure().map(|f| format!("store failed: {f}")))
+    }
+
+    fn check(&self, offset: u64, len: u64, writing: bool) -> Result<VolumeMeta, ExportError> {
+        let m = self.meta();
+        if offset.checked_add(len).is_none_or(|end| end > m.size_bytes) {
+            return Err(ExportError::OutOfRange);
+        }
+        let bs = u64::from(m.block_size);
+        if !offset.is_multiple_of(bs) || !len.is_multiple_of(bs) {
+            return Err(ExportError::Invalid);
+        }
+        if writing && self.read_only_reason().is_some() {
+            return Err(ExportError::ReadOnly);
+        }
+        Ok(m)
+    }
+
+    async fn append(&self, entry: Entry) -> Result<(), ExportError> {
+        let wait = self.log.append(entry).map_err(log_error)?;
+        let result = wait.await.map_err(|_| ExportError::Shutdown)?;
+        result.map(|_| ()).map_err(|e| {
+            self.stats.errors.fetch_add(1, Relaxed);
+            log_error(e)
+        })
+    }
+
+    /// Appends a payload-free record, split so each fits a u32 length.
+    async fn extent(&self, kind: RecordKind, offset: u64, len: u64) -> Result<(), ExportError> {
+        let id = self.meta().id;
+        let chunk = 1u64 << 30;
+        let mut done = 0;
+        while done < len {
+            let n = chunk.min(len - done);
+            self.append(Entry::extent(kind, id, offset + done, n as u32))
+                .await?;
+            done += n;
+        }
+        Ok(())
+    }
+
+    /// Reads with the store (blocking I/O off the async threads).
+    pub async fn read_bytes(&self, offset: u64, len: u64) -> Result<Vec<u8>, ExportError> {
+        let m = self.check(offset, len, false)?;
+        let store = Arc::clone(&self.store);
+        let r = tokio::task::spawn_blocking(move || store.read(m.id, offset, len)).await;
+        let data = r
+            .map_err(|e| ExportError::Io(e.to_string()))?
+            .map_err(store_error)?;
+        self.stats.reads.fetch_add(1, Relaxed);
+        self.stats.read_bytes.fetch_add(len, Relaxed);
+        Ok(data)
+    }
+
+    pub async fn write_bytes(&self, offset: u64, data: Bytes) -> Result<(), ExportError> {
+        let m = self.check(offset, data.len() as u64, true)?;
+        let max = self.log.max_payload() as usize;
+        let mut at = 0usize;
+        // Each request is one record (atomic) when it fits; larger ones are split.
+        while at < data.len() || data.is_empty() {
+            let n = max.min(data.len() - at);
+            let part = data.slice(at..at + n);
+            self.append(Entry::write(m.id, offset + at as u64, part))
+                .await?;
+            at += n;
+            if data.is_empty() {
+                break;
+            }
+        }
+        self.stats.writes.fetch_add(1, Relaxed);
+        self.stats.write_bytes.fetch_add(data.len() as u64, Relaxed);
+        Ok(())
+    }
+}
+
+fn log_error(e: LogError) -> ExportError {
+    match e {
+        LogError::Shutdown => ExportError::Shutdown,
+        LogError::TooLarge { .. } => ExportError::Invalid,
+        other => ExportError::Io(other.to_string()),
+    }
+}
+
+fn store_error(e: StoreError) -> ExportError {
+    match e {
+        StoreError::OutOfRange { .. } => ExportError::OutOfRange,
+        other => ExportError::Io(other.to_string()),
+    }
+}
+
+#[async_trait]
+impl Export for Volume {
+    fn info(&self) -> ExportInfo {
+        let m = self.meta();
+        ExportInfo {
+            name: m.name.clone(),
+            description: format!("Mariner volume {} ({} bytes)", m.name, m.size_bytes),
+            size_bytes: m.size_bytes,
+            block_size_min: m.block_size,
+            block_size_preferred: 4096.max(m.block_size),
+            max_payload_bytes: (self.log.max_payload() / m.block_size * m.block_size).min(32 << 20),
+            read_only: self.read_only_reason().is_some(),
+            can_trim: true,
+            can_write_zeroes: true,
+            // Every acknowledged write is durable, so a flush on any connection covers every
+            // write completed on every connection.
+            can_multi_conn: true,
+        }
+    }
+
+    async fn read(&self, offset: u64, len: u32) -> Result<Bytes, ExportError> {
+        self.read_bytes(offset, u64::from(len))
+            .await
+            .map(Bytes::from)
+    }
+
+    async fn write(&self, offset: u64, data: Bytes, _fua: bool) -> Result<(), ExportError> {
+        // Acknowledged only when durable in the log: FUA is always satisfied.
+        self.write_bytes(offset, data).await
+    }
+
+    async fn flush(&self) -> Result<(), ExportError> {
+        // Every completed write is already durable.
+        match self.read_only_reason() {
+            Some(why) => Err(ExportError::Io(why)),
+            None => Ok(()),
+        }
+    }
+
+    async fn trim(&self, offset: u64, len: u32, _fua: bool) -> Result<(), ExportError> {
+        self.check(offset, u64::from(len), true)?;
+        self.stats.trims.fetch_add(1, Relaxed);
+        self.extent(RecordKind::Trim, offset, u64::from(len)).await
+    }
+
+    async fn write_zeroes(
+        &self,
+        offset: u64,
+        len: u32,
+        _fua: bool,
+        _may_trim: bool,
+    ) -> Result<(), ExportError> {
+        self.check(offset, u64::from(len), true)?;
+        self.extent(RecordKind::WriteZeroes, offset, u64::from(len))
+            .await
+    }
+
+    async fn block_status(
+        &self,
+        offset: u64,
+        len: u32,
+    ) -> Result<Vec<(u32, NbdAllocation)>, ExportError> {
+        let m = self.meta();
+        let len = u64::from(len).min(m.size_bytes.saturating_sub(offset));
+        if len == 0 {
+            return Err(ExportError::OutOfRange);
+        }
+        let store = Arc::clone(&self.store);
+        let r = tokio::task::spawn_blocking(move || store.allocation(m.id, offset, len)).await;
+        let extents = r
+            .map_err(|e| ExportError::Io(e.to_string()))?
+            .map_err(store_error)?;
+        Ok(extents
+            .into_iter()
+            .map(|(l, a)| {
+                let a = match a {
+                    Allocation::Data => NbdAllocation::Data,
+                    Allocation::Hole => NbdAllocation::Hole,
+                    Allocation::Zero => NbdAllocation::Zero,
+                };
+                (l as u32, a)
+            })
+            .collect())
+    }
+}

@@ -1,0 +1,188 @@
+//! The applier thread: records in sequence order into the images, then sync and release.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mariner_log::RecordKind;
+
+use crate::{Item, Progress, Store, StoreError};
+
+/// Records taken from the queue per round.
+const ROUND: usize = 256;
+
+struct Cursor {
+    next: u64,
+    applied_ts: u64,
+    unsynced_bytes: u64,
+    last_sync: Instant,
+}
+
+impl Store {
+    pub(crate) fn run(self: Arc<Self>) {
+        let p = self.progress();
+        let mut c = Cursor {
+            next: p.applied_seq + 1,
+            applied_ts: p.applied_ts,
+            unsynced_bytes: 0,
+            last_sync: Instant::now(),
+        };
+        loop {
+            let interval = Duration::from_millis(self.cfg.sync_interval_ms);
+            let wait = interval.saturating_sub(c.last_sync.elapsed());
+            let (items, shutdown) = self.take_ready(c.next, wait);
+            if let Err(e) = self.apply_all(&items, &mut c) {
+                return self.fail(&e);
+            }
+            let behind = c.next - 1 > self.progress().applied_seq;
+            let due = c.unsynced_bytes >= self.cfg.sync_bytes
+                || c.last_sync.elapsed() >= interval
+                || self.log_pressure()
+                || shutdown;
+            if behind && due {
+                if let Err(e) = self.sync_all(&c) {
+                    return self.fail(&e);
+                }
+                c.unsynced_bytes = 0;
+                c.last_sync = Instant::now();
+            } else if !behind {
+                c.last_sync = Instant::now();
+            }
+            if shutdown && items.is_empty() {
+                return;
+            }
+        }
+    }
+
+    /// Waits up to `wait` for the record `next` and returns it with its contiguous successors.
+    fn take_ready(&self, next: u64, wait: Duration) -> (Vec<Item>, bool) {
+        let Ok(mut q) = self.queue.lock() else {
+            return (Vec::new(), true);
+        };
+        let ready = |q: &crate::Queue| {
+            q.shutdown
+                || (!self.paused.load(Relaxed)
+                    && q.items.first_key_value().is_some_and(|(k, _)| *k == next))
+        };
+        if !ready(&q) {
+            q = match self.wake.wait_timeout_while(q, wait, |q| !ready(q)) {
+                Ok((q, _)) => q,
+                Err(_) => return (Vec::new(), true),
+            };
+        }
+        let mut out = Vec::new();
+        let mut expect = next;
+        while out.len() < ROUND && !self.paused.load(Relaxed) {
+            match q.items.first_key_value() {
+                Some((&k, _)) if k == expect => {
+                    if let Some((_, item)) = q.items.pop_first() {
+                        out.push(item);
+                    }
+                    expect += 1;
+                }
+                _ => break,
+            }
+        }
+        self.stats
+            .queued_records
+            .store(q.items.len() as u64, Relaxed);
+        (out, q.shutdown)
+    }
+
+    fn apply_all(&self, items: &[Item], c: &mut Cursor) -> Result<(), StoreError> {
+        for item in items {
+            self.apply_one(item)?;
+            c.next = item.header.seq + 1;
+            c.applied_ts = c.applied_ts.max(item.header.timestamp_ns);
+            c.unsynced_bytes += u64::from(item.header.payload_len);
+            self.stats.applied_seq.store(item.header.seq, Relaxed);
+            self.stats.applied_records.fetch_add(1, Relaxed);
+            self.stats
+                .applied_bytes
+                .fetch_add(u64::from(item.header.length), Relaxed);
+        }
+        Ok(())
+    }
+
+    fn apply_one(&self, item: &Item) -> Result<(), StoreError> {
+        let h = &item.header;
+        if let Some(p) = &item.payload {
+            self.stats
+                .queued_payload_bytes
+                .fetch_sub(p.len() as u64, Relaxed);
+        }
+        if h.kind == RecordKind::Void {
+            return Ok(());
+        }
+        let Ok(image) = self.image(h.volume) else {
+            return Ok(()); // the volume was deleted
+        };
+        let end = h.offset + u64::from(h.length);
+        if end > image.size.load(Relaxed) {
+            tracing::warn!(
+                seq = h.seq,
+                volume = h.volume,
+                "record beyond the volume's end skipped"
+            );
+            return Ok(());
+        }
+        match h.kind {
+            RecordKind::Write => match &item.payload {
+                Some(p) => image.disk.write_at(p, h.offset)?,
+                None => {
+                    let (_, p) = self.log_read(item.addr, h.seq)?;
+                    image.disk.write_at(&p, h.offset)?;
+                }
+            },
+            RecordKind::Trim | RecordKind::WriteZeroes => {
+                image.disk.punch_hole(h.offset, u64::from(h.length))?;
+            }
+            RecordKind::Void => {}
+        }
+        if let Ok(mut o) = image.overlay.lock() {
+            o.remove(h.offset, end, h.seq);
+            self.stats.overlay_extents.store(o.len() as u64, Relaxed);
+        }
+        Ok(())
+    }
+
+    fn log_pressure(&self) -> bool {
+        let Some(log) = self.log.get() else {
+            return false;
+        };
+        let s = log.stats();
+        let used = s.segments_used.load(Relaxed);
+        s.stalled.load(Relaxed) > 0 || used * 2 > s.segments_total.load(Relaxed)
+    }
+
+    fn sync_all(&self, c: &Cursor) -> Result<(), StoreError> {
+        let images: Vec<_> = match self.images.read() {
+            Ok(m) => m.values().cloned().collect(),
+            Err(_) => return Err(StoreError::Failed("lock poisoned".into())),
+        };
+        for image in images {
+            image.disk.sync()?;
+        }
+        let p = Progress {
+            applied_seq: c.next - 1,
+            applied_ts: c.applied_ts,
+        };
+        p.store(&self.cfg.progress_path)?;
+        if let Ok(mut g) = self.progress.lock() {
+            *g = p;
+        }
+        self.stats.synced_seq.store(p.applied_seq, Relaxed);
+        self.stats.syncs.fetch_add(1, Relaxed);
+        if let Some(log) = self.log.get() {
+            log.release(p.applied_seq);
+        }
+        Ok(())
+    }
+
+    fn fail(&self, e: &StoreError) {
+        tracing::error!(error = %e, "applying to the volume images failed; volumes are read-only");
+        if let Ok(mut f) = self.failed.lock() {
+            f.get_or_insert(e.to_string());
+        }
+    }
+}

@@ -1,0 +1,388 @@
+//! The current-image store: one sparse image per volume, kept current by applying durable log
+//! records in sequence order (trail-paper.md §2.1: the log is a safety net, the images serve
+//! reads; mariner-paper.md §3: the storage node applies writes in sequence order).
+//!
+//! - Writes reach the store as durable log records through [`mariner_log::DurableSink`]. Each is
+//!   first mapped in the volume's overlay ([`extents::ExtentMap`]) so reads see it at once, then
+//!   applied to the image by the applier thread in sequence order, then unmapped.
+//! - Every so often the applier syncs the images and persists its watermark
+//!   ([`progress::Progress`]); only then does it let the log reuse the space (`Log::release`).
+//! - Memory: the overlay and the apply queue hold at most one entry per record still in the log,
+//!   so they are bounded by the log's size, never by the volumes' size; payload bytes kept in
+//!   memory for the applier are capped by `payload_budget_bytes` (beyond it the applier reads
+//!   the record back from the log).
+//! - An I/O error while applying or syncing fails the store for good: volumes turn read-only,
+//!   nothing is retried, the log keeps what was not applied.
+
+pub mod extents;
+pub mod progress;
+
+mod apply;
+
+use std::collections::{BTreeMap, HashMap};
+use std::io;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, RwLock};
+
+use bytes::Bytes;
+use mariner_disk::{Disk, Extent};
+use mariner_log::{Durable, DurableSink, Found, Log, LogAddr, LogError, RecordHeader, RecordKind};
+
+use extents::{ExtentMap, Source};
+pub use progress::Progress;
+
+/// Errors of the store.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("no volume with id {0}")]
+    NoVolume(u32),
+    #[error("range {offset}+{len} is outside the volume ({size} bytes)")]
+    OutOfRange { offset: u64, len: u64, size: u64 },
+    #[error("volume image: {0}")]
+    Io(#[from] io::Error),
+    #[error("log: {0}")]
+    Log(#[from] LogError),
+    #[error("the store has failed and is read-only: {0}")]
+    Failed(String),
+}
+
+/// How a byte range of a volume is allocated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Allocation {
+    Data,
+    /// Not allocated; reads as zeros.
+    Hole,
+    /// Known to read as zeros (a trim or write-zeroes not yet applied).
+    Zero,
+}
+
+/// Tunables.
+#[derive(Debug, Clone)]
+pub struct StoreConfig {
+    /// Where the watermark is persisted.
+    pub progress_path: PathBuf,
+    /// Sync the images and release log space at least this often.
+    pub sync_interval_ms: u64,
+    /// ... or after this many bytes applied.
+    pub sync_bytes: u64,
+    /// Payload bytes kept in memory for the applier.
+    pub payload_budget_bytes: u64,
+}
+
+/// What the store reports.
+#[derive(Debug, Default)]
+pub struct StoreStats {
+    pub applied_seq: AtomicU64,
+    pub applied_records: AtomicU64,
+    pub applied_bytes: AtomicU64,
+    pub synced_seq: AtomicU64,
+    pub syncs: AtomicU64,
+    pub queued_records: AtomicU64,
+    pub queued_payload_bytes: AtomicU64,
+    pub overlay_extents: AtomicU64,
+    pub log_reads: AtomicU64,
+}
+
+struct Image {
+    disk: Arc<dyn Disk>,
+    size: AtomicU64,
+    overlay: Mutex<ExtentMap>,
+}
+
+struct Item {
+    header: RecordHeader,
+    addr: LogAddr,
+    payload: Option<Bytes>,
+}
+
+#[derive(Default)]
+struct Queue {
+    items: BTreeMap<u64, Item>,
+    shutdown: bool,
+}
+
+/// The store. Create it, open the log with it as the sink, then [`Store::start`] it.
+pub struct Store {
+    cfg: StoreConfig,
+    images: RwLock<HashMap<u32, Arc<Image>>>,
+    queue: Mutex<Queue>,
+    wake: Condvar,
+    log: OnceLock<Log>,
+    progress: Mutex<Progress>,
+    stats: StoreStats,
+    failed: Mutex<Option<String>>,
+    paused: AtomicBool,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl Store {
+    /// A store whose images are durable up to `progress` (see [`Progress::load`]).
+    pub fn new(cfg: StoreConfig, progress: Progress) -> Arc<Self> {
+        let stats = StoreStats::default();
+        stats.applied_seq.store(progress.applied_seq, Relaxed);
+        stats.synced_seq.store(progress.applied_seq, Relaxed);
+        Arc::new(Self {
+            cfg,
+            images: RwLock::new(HashMap::new()),
+            queue: Mutex::new(Queue::default()),
+            wake: Condvar::new(),
+            log: OnceLock::new(),
+            progress: Mutex::new(progress),
+            stats,
+            failed: Mutex::new(None),
+            paused: AtomicBool::new(false),
+            thread: Mutex::new(None),
+        })
+    }
+
+    /// Registers a volume image.
+    pub fn add_volume(&self, id: u32, disk: Arc<dyn Disk>, size: u64) {
+        let image = Arc::new(Image {
+            disk,
+            size: AtomicU64::new(size),
+            overlay: Mutex::default(),
+        });
+        if let Ok(mut m) = self.images.write() {
+            m.insert(id, image);
+        }
+    }
+
+    /// Forgets a volume; records for it still in the log are skipped.
+    pub fn remove_volume(&self, id: u32) {
+        if let Ok(mut m) = self.images.write() {
+            m.remove(&id);
+        }
+    }
+
+    /// Grows a volume's image.
+    pub fn grow_volume(&self, id: u32, size: u64) -> Result<(), StoreError> {
+        let image = self.image(id)?;
+        image.disk.set_len(size)?;
+        image.disk.sync()?;
+        image.size.store(size, Relaxed);
+        Ok(())
+    }
+
+    fn image(&self, id: u32) -> Result<Arc<Image>, StoreError> {
+        let m = self
+            .images
+            .read()
+            .map_err(|_| StoreError::Failed("lock poisoned".into()))?;
+        m.get(&id).cloned().ok_or(StoreError::NoVolume(id))
+    }
+
+    /// Attaches the log, queues what recovery found above the watermark, and starts the
+    /// applier.
+    pub fn start(self: &Arc<Self>, log: Log, recovered: &[Found]) -> io::Result<()> {
+        let _ = self.log.set(log);
+        let durable: Vec<Durable> = recovered
+            .iter()
+            .map(|f| Durable {
+                header: f.header,
+                addr: f.addr,
+                payload: Bytes::new(),
+            })
+            .collect();
+        self.accept(&durable, false);
+        let me = Arc::clone(self);
+        let h = std::thread::Builder::new()
+            .name("store-apply".into())
+            .spawn(move || me.run())?;
+        if let Ok(mut t) = self.thread.lock() {
+            *t = Some(h);
+        }
+        Ok(())
+    }
+
+    /// Stops the applier after a final sync of what it applied.
+    pub fn shutdown(&self) {
+        if let Ok(mut q) = self.queue.lock() {
+            q.shutdown = true;
+        }
+        self.wake.notify_all();
+        let h = self.thread.lock().ok().and_then(|mut t| t.take());
+        if let Some(h) = h {
+            let _ = h.join();
+        }
+    }
+
+    /// Stops applying (records still become durable and readable). A test hook for recovery
+    /// measurements with a full log.
+    pub fn set_paused(&self, paused: bool) {
+        self.paused.store(paused, Relaxed);
+        self.wake.notify_all();
+    }
+
+    pub fn stats(&self) -> &StoreStats {
+        &self.stats
+    }
+
+    /// Why the store failed, if it did.
+    pub fn failure(&self) -> Option<String> {
+        self.failed.lock().ok().and_then(|g| g.clone())
+    }
+
+    /// The persisted watermark.
+    pub fn progress(&self) -> Progress {
+        self.progress.lock().map(|p| *p).unwrap_or_default()
+    }
+
+    fn accept(&self, records: &[Durable], keep_payload: bool) {
+        let mut budget_used = self.stats.queued_payload_bytes.load(Relaxed);
+        let mut items = Vec::with_capacity(records.len());
+        for d in records {
+            self.map_overlay(d);
+            let len = d.payload.len() as u64;
+            let keep = keep_payload && budget_used + len <= self.cfg.payload_budget_bytes;
+            if keep {
+                budget_used += len;
+            }
+            let payload = keep.then(|| d.payload.clone());
+            items.push((
+                d.header.seq,
+                Item {
+                    header: d.header,
+                    addr: d.addr,
+                    payload,
+                },
+            ));
+        }
+        self.stats.queued_payload_bytes.store(budget_used, Relaxed);
+        if let Ok(mut q) = self.queue.lock() {
+            for (seq, item) in items {
+                q.items.insert(seq, item);
+            }
+            self.stats
+                .queued_records
+                .store(q.items.len() as u64, Relaxed);
+        }
+        self.wake.notify_all();
+    }
+
+    fn map_overlay(&self, d: &Durable) {
+        let h = &d.header;
+        let src = match h.kind {
+            RecordKind::Write => Source::Log {
+                addr: d.addr,
+                base: h.offset,
+            },
+            RecordKind::Trim | RecordKind::WriteZeroes => Source::Zero,
+            RecordKind::Void => return,
+        };
+        let Ok(image) = self.image(h.volume) else {
+            return;
+        };
+        if let Ok(mut o) = image.overlay.lock() {
+            o.insert(h.offset, h.offset + u64::from(h.length), h.seq, src);
+        }
+        self.stats.overlay_extents.fetch_add(1, Relaxed);
+    }
+
+    fn check_range(image: &Image, offset: u64, len: u64) -> Result<(), StoreError> {
+        let size = image.size.load(Relaxed);
+        if offset.checked_add(len).is_none_or(|end| end > size) {
+            return Err(StoreError::OutOfRange { offset, len, size });
+        }
+        Ok(())
+    }
+
+    /// Reads `len` bytes at `offset` of volume `id`: every acknowledged write is visible,
+    /// applied or not.
+    pub fn read(&self, id: u32, offset: u64, len: u64) -> Result<Vec<u8>, StoreError> {
+        let image = self.image(id)?;
+        Self::check_range(&image, offset, len)?;
+        let mut out = vec![0u8; len as usize];
+        // A record read back from the log may be reused under us once applied and released;
+        // then its range is in the image, and the next lookup says so.
+        for _ in 0..8 {
+            match self.read_once(&image, offset, &mut out) {
+                Err(StoreError::Log(LogError::Gone { .. })) => continue,
+                other => return other.map(|()| out),
+            }
+        }
+        Err(StoreError::Failed("record kept moving under a read".into()))
+    }
+
+    fn read_once(&self, image: &Image, offset: u64, out: &mut [u8]) -> Result<(), StoreError> {
+        let end = offset + out.len() as u64;
+        let spans = match image.overlay.lock() {
+            Ok(o) => o.lookup(offset, end),
+            Err(_) => return Err(StoreError::Failed("lock poisoned".into())),
+        };
+        for s in spans {
+            let dst = &mut out[(s.start - offset) as usize..(s.end - offset) as usize];
+            match s.piece {
+                None => image.disk.read_at(dst, s.start)?,
+                Some((_, Source::Zero)) => dst.fill(0),
+                Some((seq, Source::Log { addr, base })) => {
+                    let (_, payload) = self.log_read(addr, seq)?;
+                    let from = (s.start - base) as usize;
+                    dst.copy_from_slice(&payload[from..from + dst.len()]);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn log_read(&self, addr: LogAddr, seq: u64) -> Result<(RecordHeader, Vec<u8>), StoreError> {
+        let log = self
+            .log
+            .get()
+            .ok_or_else(|| StoreError::Failed("no log attached".into()))?;
+        self.stats.log_reads.fetch_add(1, Relaxed);
+        Ok(log.read(addr, seq)?)
+    }
+
+    /// Allocation of `[offset, offset+len)`, overlay first, then the image.
+    pub fn allocation(
+        &self,
+        id: u32,
+        offset: u64,
+        len: u64,
+    ) -> Result<Vec<(u64, Allocation)>, StoreError> {
+        let image = self.image(id)?;
+        Self::check_range(&image, offset, len)?;
+        let spans = match image.overlay.lock() {
+            Ok(o) => o.lookup(offset, offset + len),
+            Err(_) => return Err(StoreError::Failed("lock poisoned".into())),
+        };
+        let mut out: Vec<(u64, Allocation)> = Vec::new();
+        for s in spans {
+            match s.piece {
+                Some((_, Source::Zero)) => push_merged(&mut out, s.end - s.start, Allocation::Zero),
+                Some(_) => push_merged(&mut out, s.end - s.start, Allocation::Data),
+                None => {
+                    for e in image.disk.allocation(s.start, s.end - s.start)? {
+                        push_merged(&mut out, e.len, extent_kind(e));
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+fn extent_kind(e: Extent) -> Allocation {
+    if e.allocated {
+        Allocation::Data
+    } else {
+        Allocation::Hole
+    }
+}
+
+fn push_merged(out: &mut Vec<(u64, Allocation)>, len: u64, kind: Allocation) {
+    if len == 0 {
+        return;
+    }
+    match out.last_mut() {
+        Some((l, k)) if *k == kind => *l += len,
+        _ => out.push((len, kind)),
+    }
+}
+
+impl DurableSink for Store {
+    fn durable(&self, records: &[Durable]) {
+        self.accept(records, true);
+    }
+}
