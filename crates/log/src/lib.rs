@@ -13,6 +13,7 @@
 //! minimum).
 
 pub mod format;
+pub mod fuzzing;
 pub mod scan;
 pub mod stats;
 

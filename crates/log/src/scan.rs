@@ -102,6 +102,12 @@ pub fn scan_device<D: Disk + ?Sized>(
     let mut out = Vec::with_capacity(sb.segment_count as usize);
     for segment in 0..sb.segment_count {
         let base = sb.segment_offset(segment);
+        // Most segments of a young log are empty: look at the first header before reading all.
+        disk.read_at(&mut buf[..align], base)?;
+        if RecordHeader::decode(&buf[..align], sb.log_id, None).is_err() {
+            out.push(parse_segment(sb.log_id, dev, segment, base, &buf[..align]));
+            continue;
+        }
         disk.read_at(&mut buf, base)?;
         out.push(parse_segment(sb.log_id, dev, segment, base, &buf));
     }

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh machine: installs what it needs (Debian packages, cargo
+# tools), checks formatting and lints, runs every test (unit, property, golden, end-to-end with
+# real clients, crash, memory, recovery), replays and briefly runs every fuzz target.
+# Prints how long each stage took. Usage: scripts/test.sh [--quick]   (--quick: no fuzzing)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+FUZZ_SECONDS=${FUZZ_SECONDS:-60}
+quick=0; [ "${1:-}" = "--quick" ] && quick=1
+stage_start=$SECONDS
+declare -a timings=()
+stage() {
+  local now=$SECONDS
+  if [ -n "${current:-}" ]; then timings+=("$(printf '%-28s %5ss' "$current" $((now - stage_start)))"); fi
+  current=$1; stage_start=$now
+  echo; echo "=== $1"
+}
+finish() {
+  stage done
+  echo "=== stage timings"; printf '%s\n' "${timings[@]}"
+}
+trap 'echo "FAILED in stage: ${current:-?}" >&2' ERR
+
+stage "install packages"
+need_pkgs=()
+for p in qemu-utils libnbd-bin fio nbdkit libiscsi-bin e2fsprogs curl; do
+  dpkg -s "$p" >/dev/null 2>&1 || need_pkgs+=("$p")
+done
+if [ ${#need_pkgs[@]} -gt 0 ]; then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_pkgs[@]}"
+fi
+rustup component add rustfmt clippy >/dev/null 2>&1 || true
+
+stage "format"
+cargo fmt --all -- --check
+
+stage "clippy"
+cargo clippy --workspace --all-targets --release -- -D warnings
+
+stage "build (release)"
+cargo test --workspace --release --no-run
+
+stage "tests"
+cargo test --workspace --release
+
+if [ $quick -eq 0 ]; then
+  stage "fuzz (${FUZZ_SECONDS}s per target)"
+  command -v cargo-fuzz >/dev/null 2>&1 || cargo install cargo-fuzz --locked
+  for target in $(cd fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz list); do
+    scratch=$(mktemp -d)
+    # New inputs go to a scratch dir; the committed corpus is read-only input.
+    (cd fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz run "$target" "$scratch" "corpus/$target" -- \
+      -max_total_time="$FUZZ_SECONDS" -print_final_stats=1 2>&1 | tail -3)
+    rm -rf "$scratch"
+  done
+fi
+finish
