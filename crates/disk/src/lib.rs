@@ -18,6 +18,7 @@ use std::io;
 
 mod aligned;
 mod extent;
+mod fail_after;
 mod faulty;
 mod file;
 mod mem;
@@ -26,6 +27,7 @@ mod rng;
 mod volatile;
 
 pub use aligned::AlignedBuf;
+pub use fail_after::FailAfter;
 pub use faulty::{CrashMode, Faults, FaultyDisk, DEFAULT_SECTOR_SIZE};
 pub use file::{FileDisk, OpenOptions};
 pub use mem::MemDisk;

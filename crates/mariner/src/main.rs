@@ -80,6 +80,9 @@ struct ServeArgs {
     /// Test only: do not apply the log to the volume images.
     #[arg(long, hide = true)]
     test_pause_apply: bool,
+    /// Test only: log devices fail with EIO after this many writes and syncs.
+    #[arg(long, hide = true)]
+    test_fail_log_after: Option<u64>,
 }
 
 #[derive(Args, Clone)]
@@ -195,6 +198,9 @@ fn serve_config(a: &ServeArgs) -> Result<Config, String> {
     cfg.log.direct_io |= a.direct_io;
     cfg.test.volatile |= a.test_volatile;
     cfg.test.pause_apply |= a.test_pause_apply;
+    if a.test_fail_log_after.is_some() {
+        cfg.test.fail_log_after = a.test_fail_log_after;
+    }
     Ok(cfg)
 }
 

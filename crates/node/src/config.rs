@@ -79,6 +79,8 @@ pub struct TestSection {
     pub volatile: bool,
     /// Do not apply records to the images (recovery measurements).
     pub pause_apply: bool,
+    /// Log devices fail with EIO after this many writes and syncs (failure-path tests).
+    pub fail_log_after: Option<u64>,
 }
 
 impl Default for Config {

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use mariner_disk::{Disk, FileDisk, OpenOptions, VolatileDisk};
+use mariner_disk::{Disk, FailAfter, FileDisk, OpenOptions, VolatileDisk};
 use mariner_log::{LinearModel, Log, LogConfig};
 use mariner_nbd::{Export, ExportInfo, Exports};
 use mariner_store::{Progress, Store, StoreConfig};
@@ -452,7 +452,11 @@ fn open_log_devices(
                     p.display()
                 )));
             }
-            open_disk(p, cfg.log.direct_io, cfg.test.volatile)
+            let disk = open_disk(p, cfg.log.direct_io, cfg.test.volatile)?;
+            Ok(match cfg.test.fail_log_after {
+                Some(n) => Arc::new(FailAfter::new(disk, n)) as Arc<dyn Disk>,
+                None => disk,
+            })
         })
         .collect()
 }

@@ -15,7 +15,10 @@ pub fn mariner_bin() -> PathBuf {
 pub fn scratch(name: &str) -> tempfile::TempDir {
     let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
     std::fs::create_dir_all(&base).unwrap();
-    tempfile::Builder::new().prefix(name).tempdir_in(base).unwrap()
+    tempfile::Builder::new()
+        .prefix(name)
+        .tempdir_in(base)
+        .unwrap()
 }
 
 /// Fails the test with a clear message when a client tool is missing. The test command
@@ -27,7 +30,10 @@ pub fn require(tool: &str) {
         .output()
         .map(|o| o.status.success())
         .unwrap_or(false);
-    assert!(found, "{tool} is not installed: run scripts/test.sh, which installs it");
+    assert!(
+        found,
+        "{tool} is not installed: run scripts/test.sh, which installs it"
+    );
 }
 
 /// A running server.
@@ -43,7 +49,11 @@ impl Server {
     /// serves.
     pub fn start(data: &Path, extra: &[&str]) -> Server {
         let log_path = data.with_extension("serve.log");
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(&log_path).unwrap();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .unwrap();
         let _ = std::fs::remove_file(data.join("ports.json"));
         let child = Command::new(mariner_bin())
             .arg("serve")
@@ -56,7 +66,12 @@ impl Server {
             .stderr(log)
             .spawn()
             .unwrap();
-        let mut s = Server { child: Some(child), data: data.to_path_buf(), nbd: String::new(), log_path };
+        let mut s = Server {
+            child: Some(child),
+            data: data.to_path_buf(),
+            nbd: String::new(),
+            log_path,
+        };
         s.nbd = s.wait_ready(Duration::from_secs(60));
         s
     }
@@ -75,7 +90,11 @@ impl Server {
             if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
                 panic!("mariner serve exited with {status}: {}", self.log());
             }
-            assert!(start.elapsed() < limit, "server not ready in {limit:?}: {}", self.log());
+            assert!(
+                start.elapsed() < limit,
+                "server not ready in {limit:?}: {}",
+                self.log()
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -96,7 +115,12 @@ impl Server {
 
     /// `mariner <args> --data <data>`.
     pub fn cli(&self, args: &[&str]) -> Output {
-        Command::new(mariner_bin()).args(args).arg("--data").arg(&self.data).output().unwrap()
+        Command::new(mariner_bin())
+            .args(args)
+            .arg("--data")
+            .arg(&self.data)
+            .output()
+            .unwrap()
     }
 
     /// kill -9.
@@ -117,7 +141,11 @@ impl Server {
             if let Some(s) = c.try_wait().unwrap() {
                 return s;
             }
-            assert!(start.elapsed() < Duration::from_secs(60), "no exit after SIGTERM: {}", self.log());
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "no exit after SIGTERM: {}",
+                self.log()
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -140,4 +168,162 @@ pub fn run(cmd: &mut Command) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+// ---- Added for clients.rs, admin.rs and hostile.rs (additions only). ----
+
+/// Serve flags that keep a test's server small: a 64 MiB log and a 64 MiB default volume.
+pub const SMALL: &[&str] = &["--log-size", "64MiB", "--default-volume-size", "64MiB"];
+
+impl Server {
+    /// Like [`Server::start`], but listening on `listen` (each a `--listen` value) instead of
+    /// 127.0.0.1:0. `self.nbd` is the first bound address as written to `ports.json`.
+    pub fn start_listening(data: &Path, listen: &[&str], extra: &[&str]) -> Server {
+        let log_path = data.with_extension("serve.log");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .unwrap();
+        let _ = std::fs::remove_file(data.join("ports.json"));
+        let mut cmd = Command::new(mariner_bin());
+        cmd.arg("serve").arg("--data").arg(data);
+        for l in listen {
+            cmd.args(["--listen", l]);
+        }
+        let child = cmd
+            .args(extra)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let mut s = Server {
+            child: Some(child),
+            data: data.to_path_buf(),
+            nbd: String::new(),
+            log_path,
+        };
+        s.nbd = s.wait_ready(Duration::from_secs(60));
+        s
+    }
+
+    /// SIGTERM (asserting a clean exit), then start again on the same data directory.
+    pub fn restart_after_sigterm(&mut self, extra: &[&str]) {
+        let status = self.stop();
+        assert!(status.success(), "SIGTERM exit {status}: {}", self.log());
+        *self = Server::start(&self.data.clone(), extra);
+    }
+
+    /// kill -9, then start again on the same data directory.
+    pub fn restart_after_kill9(&mut self, extra: &[&str]) {
+        self.kill();
+        *self = Server::start(&self.data.clone(), extra);
+    }
+
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("server not running").id()
+    }
+
+    /// Asserts the server process is still running.
+    pub fn assert_running(&mut self) {
+        let status = self
+            .child
+            .as_mut()
+            .expect("server not running")
+            .try_wait()
+            .unwrap();
+        assert!(
+            status.is_none(),
+            "server exited with {status:?}: {}",
+            self.log()
+        );
+    }
+
+    /// `curl --unix-socket <data>/admin.sock http://mariner<path>`: the body of a 2xx answer.
+    pub fn admin_get(&self, path: &str) -> String {
+        let sock = self.data.join("admin.sock");
+        run(Command::new("curl")
+            .args(["-sS", "--fail", "--max-time", "30", "--unix-socket"])
+            .arg(&sock)
+            .arg(format!("http://mariner{path}")))
+    }
+}
+
+/// Deterministic pseudo-random bytes (xorshift64*), so a failure reproduces.
+pub fn random_bytes(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        out.extend_from_slice(&x.wrapping_mul(0x2545_F491_4F6C_DD1D).to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}
+
+/// Resident set size of a process in KiB (from /proc).
+pub fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS in /proc/<pid>/status")
+}
+
+/// Opens an NBD connection to `addr` ("host:port") and negotiates `export` with the
+/// fixed-newstyle handshake and `NBD_OPT_GO` (simple replies only). Panics unless the server
+/// accepts. Returns the socket, now in the transmission phase, the export size and the
+/// transmission flags. Written from the NBD protocol document, independently of mariner-nbd.
+pub fn nbd_connect(addr: &str, export: &str) -> (std::net::TcpStream, u64, u16) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut greeting = [0u8; 18];
+    s.read_exact(&mut greeting).unwrap();
+    assert_eq!(&greeting[..16], b"NBDMAGICIHAVEOPT", "server greeting");
+    s.write_all(&3u32.to_be_bytes()).unwrap(); // FIXED_NEWSTYLE | NO_ZEROES
+    let mut data = Vec::new();
+    data.extend_from_slice(&(export.len() as u32).to_be_bytes());
+    data.extend_from_slice(export.as_bytes());
+    data.extend_from_slice(&0u16.to_be_bytes());
+    let mut opt = b"IHAVEOPT".to_vec();
+    opt.extend_from_slice(&7u32.to_be_bytes()); // NBD_OPT_GO
+    opt.extend_from_slice(&(data.len() as u32).to_be_bytes());
+    opt.extend_from_slice(&data);
+    s.write_all(&opt).unwrap();
+    let (mut size, mut flags) = (None, 0u16);
+    loop {
+        let mut h = [0u8; 20];
+        s.read_exact(&mut h).unwrap();
+        assert_eq!(
+            u64::from_be_bytes(h[..8].try_into().unwrap()),
+            0x0003_e889_0455_65a9
+        );
+        let reply = u32::from_be_bytes(h[12..16].try_into().unwrap());
+        let len = u32::from_be_bytes(h[16..20].try_into().unwrap()) as usize;
+        let mut body = vec![0u8; len];
+        s.read_exact(&mut body).unwrap();
+        match reply {
+            1 => break, // NBD_REP_ACK
+            3 if body.len() >= 12 && body[..2] == [0, 0] => {
+                size = Some(u64::from_be_bytes(body[2..10].try_into().unwrap()));
+                flags = u16::from_be_bytes(body[10..12].try_into().unwrap());
+            }
+            3 => {}
+            other => panic!(
+                "NBD_OPT_GO {export:?} refused: reply {other:#x} {}",
+                String::from_utf8_lossy(&body)
+            ),
+        }
+    }
+    (
+        s,
+        size.expect("NBD_INFO_EXPORT in the NBD_OPT_GO replies"),
+        flags,
+    )
 }
