@@ -50,7 +50,7 @@ const HOT_BLOCKS: u64 = 32;
 const MAX_REQUEST_BLOCKS: u64 = 16;
 /// Queue depth of each writer connection (one entry per writer).
 const WRITER_DEPTHS: [usize; 6] = [1, 2, 4, 8, 1, 4];
-const DEFAULT_CYCLES: u64 = 24;
+const DEFAULT_CYCLES: u64 = 40;
 const SECTOR_MAGIC: u64 = u64::from_le_bytes(*b"CRASHTST");
 const CHECKSUM_AT: usize = SECTOR - 8;
 

@@ -327,3 +327,30 @@ pub fn nbd_connect(addr: &str, export: &str) -> (std::net::TcpStream, u64, u16) 
         flags,
     )
 }
+
+/// The value of an unlabelled sample (`name value`) or of the first sample whose name and
+/// labels start with `name` (e.g. `mariner_volume_writes_total{volume="vol0"}`) in Prometheus
+/// text.
+pub fn metric_value(metrics: &str, name: &str) -> Option<f64> {
+    metrics
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .find_map(|l| {
+            let (key, value) = l.rsplit_once(' ')?;
+            let matches = key == name || (name.contains('{') && key.starts_with(name));
+            matches.then(|| value.parse().ok()).flatten()
+        })
+}
+
+impl Server {
+    /// `/metrics` from the admin socket.
+    pub fn metrics(&self) -> String {
+        self.admin_get("/metrics")
+    }
+
+    /// One sample of `/metrics` (see [`metric_value`]); panics if absent.
+    pub fn metric(&self, name: &str) -> f64 {
+        let m = self.metrics();
+        metric_value(&m, name).unwrap_or_else(|| panic!("no metric {name} in:\n{m}"))
+    }
+}

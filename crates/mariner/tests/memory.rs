@@ -1,0 +1,284 @@
+//! Memory bound: the server, inside a 256 MiB memory cgroup whose limit includes its page cache,
+//! takes 5× its log size of writes (so the log wraps and the store applies under pressure), is not
+//! OOM-killed, and serves the data back unchanged.
+//!
+//! Supports cgroup v2 (`/sys/fs/cgroup/cgroup.controllers`) and v1 (`/sys/fs/cgroup/memory`), the
+//! way the `in-memcg` tool does. Needs root: CI runs the suite as root; anywhere else the test
+//! fails with a message saying so rather than silently passing.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+const LIMIT_BYTES: u64 = 256 << 20;
+const LOG_BYTES: u64 = 64 << 20;
+const VOLUME_BYTES: u64 = 512 << 20;
+/// Written through NBD: 5× the log size.
+const WRITE_BYTES: u64 = 5 * LOG_BYTES;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Version {
+    V1,
+    V2,
+}
+
+/// A memory cgroup made for this test; removed (its processes killed first) when dropped.
+struct Cgroup {
+    path: PathBuf,
+    version: Version,
+}
+
+impl Cgroup {
+    fn create(limit: u64) -> Cgroup {
+        let name = format!("mariner-memtest.{}.{}", std::process::id(), nanos());
+        let (path, version) = if Path::new("/sys/fs/cgroup/cgroup.controllers").exists() {
+            (Path::new("/sys/fs/cgroup").join(&name), Version::V2)
+        } else if Path::new("/sys/fs/cgroup/memory").is_dir() {
+            (Path::new("/sys/fs/cgroup/memory").join(&name), Version::V1)
+        } else {
+            panic!("no memory cgroup controller on this machine (neither v2 nor v1)");
+        };
+        std::fs::create_dir(&path).unwrap_or_else(|e| panic!("mkdir {}: {e}", path.display()));
+        let cg = Cgroup { path, version };
+        match version {
+            Version::V2 => {
+                cg.write("memory.max", &limit.to_string());
+                // No swap on most test machines; where there is, keep it out of the picture.
+                let _ = std::fs::write(cg.path.join("memory.swap.max"), "0");
+            }
+            Version::V1 => cg.write("memory.limit_in_bytes", &limit.to_string()),
+        }
+        cg
+    }
+
+    fn write(&self, file: &str, value: &str) {
+        let p = self.path.join(file);
+        std::fs::write(&p, value).unwrap_or_else(|e| panic!("write {}: {e}", p.display()));
+    }
+
+    fn read(&self, file: &str) -> Option<String> {
+        std::fs::read_to_string(self.path.join(file)).ok()
+    }
+
+    /// A `key value` line of a flat-keyed file (memory.events, memory.oom_control).
+    fn key(&self, file: &str, key: &str) -> Option<u64> {
+        let text = self.read(file)?;
+        text.lines()
+            .filter_map(|l| l.split_once(' '))
+            .find(|(k, _)| *k == key)
+            .and_then(|(_, v)| v.trim().parse().ok())
+    }
+
+    fn value(&self, file: &str) -> Option<u64> {
+        self.read(file).and_then(|t| t.trim().parse().ok())
+    }
+
+    fn procs_file(&self) -> PathBuf {
+        self.path.join("cgroup.procs")
+    }
+
+    /// Peak usage (process memory and page cache) since creation.
+    fn peak(&self) -> Option<u64> {
+        match self.version {
+            Version::V2 => self.value("memory.peak"),
+            Version::V1 => self.value("memory.max_usage_in_bytes"),
+        }
+    }
+
+    /// Processes the kernel OOM-killed in this cgroup (None: the kernel does not say).
+    fn oom_kills(&self) -> Option<u64> {
+        match self.version {
+            Version::V2 => self.key("memory.events", "oom_kill"),
+            Version::V1 => self.key("memory.oom_control", "oom_kill"),
+        }
+    }
+
+    /// How often usage hit the limit (and page cache was reclaimed): informative only, hitting
+    /// the limit is expected when the page cache counts.
+    fn limit_hits(&self) -> Option<u64> {
+        match self.version {
+            Version::V2 => self.key("memory.events", "max"),
+            Version::V1 => self.value("memory.failcnt"),
+        }
+    }
+}
+
+impl Drop for Cgroup {
+    fn drop(&mut self) {
+        for _ in 0..50 {
+            let procs = self.read("cgroup.procs").unwrap_or_default();
+            for pid in procs.split_whitespace() {
+                let _ = Command::new("kill").args(["-9", pid]).status();
+            }
+            if std::fs::remove_dir(&self.path).is_ok() || !self.path.exists() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        eprintln!("could not remove cgroup {}", self.path.display());
+    }
+}
+
+fn nanos() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
+fn require_root() {
+    let uid = run(Command::new("id").arg("-u"));
+    assert_eq!(
+        uid.trim(),
+        "0",
+        "the memory test creates a memory cgroup and needs root: run the suite as root \
+         (CI does), e.g. `sudo -E cargo test --release -p mariner --test memory`"
+    );
+}
+
+/// A file of pseudo-random bytes (SplitMix64), incompressible and free of zero blocks.
+fn random_file(path: &Path, len: u64, seed: u64) {
+    let mut f = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+    let mut state = seed;
+    let mut buf = vec![0u8; 1 << 20];
+    for _ in 0..len / buf.len() as u64 {
+        for chunk in buf.chunks_mut(8) {
+            state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = state;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            chunk.copy_from_slice(&(z ^ (z >> 31)).to_le_bytes());
+        }
+        f.write_all(&buf).unwrap();
+    }
+    f.flush().unwrap();
+}
+
+/// Starts `mariner serve` as the first process of `cg` (the shell joins the cgroup, then execs
+/// the server, so the server and everything it allocates or caches is charged there).
+fn start_in_cgroup(cg: &Cgroup, data: &Path, extra: &[&str]) -> Server {
+    let log_path = data.with_extension("serve.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let child = Command::new("sh")
+        .arg("-c")
+        .arg(r#"echo $$ > "$0" && exec "$@""#)
+        .arg(cg.procs_file())
+        .arg(mariner_bin())
+        .arg("serve")
+        .arg("--data")
+        .arg(data)
+        .args(["--listen", "127.0.0.1:0"])
+        .args(extra)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let mut s = Server {
+        child: Some(child),
+        data: data.to_path_buf(),
+        nbd: String::new(),
+        log_path,
+    };
+    s.nbd = wait_ready(&mut s);
+    s
+}
+
+fn wait_ready(s: &mut Server) -> String {
+    let start = Instant::now();
+    loop {
+        let ports = std::fs::read_to_string(s.data.join("ports.json")).unwrap_or_default();
+        if let Ok(v) = serde_json::from_str::<serde_json::Value>(&ports) {
+            if let Some(a) = v["nbd"][0].as_str() {
+                return a.to_string();
+            }
+        }
+        if let Some(status) = s.child.as_mut().unwrap().try_wait().unwrap() {
+            panic!("mariner serve exited with {status}: {}", s.log());
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "server not ready: {}",
+            s.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The server's peak resident set (VmHWM), from /proc.
+fn vm_hwm(s: &mut Server) -> Option<String> {
+    let pid = s.child.as_ref()?.id();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find(|l| l.starts_with("VmHWM"))
+        .map(|l| l.split_whitespace().skip(1).collect::<Vec<_>>().join(" "))
+}
+
+fn assert_alive(s: &mut Server, cg: &Cgroup, when: &str) {
+    let status = s.child.as_mut().unwrap().try_wait().unwrap();
+    assert!(
+        status.is_none(),
+        "{when}: the server died ({status:?}; oom_kill {:?}): {}",
+        cg.oom_kills(),
+        s.log()
+    );
+    assert_eq!(
+        cg.oom_kills().unwrap_or(0),
+        0,
+        "{when}: the kernel OOM-killed in the cgroup"
+    );
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1 << 20) as f64)
+}
+
+#[test]
+fn writing_five_times_the_log_fits_in_256_mib() {
+    require_root();
+    require("nbdcopy");
+    require("qemu-img");
+    let dir = scratch("memory");
+    let data = dir.path().join("data");
+    let src = dir.path().join("src.raw");
+    random_file(&src, WRITE_BYTES, 0x6d65_6d6f_7279);
+
+    let cg = Cgroup::create(LIMIT_BYTES);
+    let log_size = LOG_BYTES.to_string();
+    let vol_size = VOLUME_BYTES.to_string();
+    let args = ["--log-size", &log_size, "--default-volume-size", &vol_size];
+    let started = Instant::now();
+    let mut s = start_in_cgroup(&cg, &data, &args);
+
+    run(Command::new("nbdcopy").arg(&src).arg(s.url("")));
+    let wrote = started.elapsed();
+    assert_alive(&mut s, &cg, "after writing");
+    run(Command::new("qemu-img")
+        .args(["compare", "-f", "raw", "-F", "raw"])
+        .arg(&src)
+        .arg(s.url("")));
+    assert_alive(&mut s, &cg, "after reading back");
+
+    let hwm = vm_hwm(&mut s).unwrap_or_else(|| "?".into());
+    let peak = cg.peak();
+    println!(
+        "memory ({:?}): wrote {} through NBD in {:.1} s (log {}), read back identical; cgroup peak {} \
+         of limit {}; server VmHWM {hwm}; limit hits {:?}; oom kills {:?}",
+        cg.version,
+        mib(WRITE_BYTES),
+        wrote.as_secs_f64(),
+        mib(LOG_BYTES),
+        peak.map_or("?".into(), mib),
+        mib(LIMIT_BYTES),
+        cg.limit_hits(),
+        cg.oom_kills()
+    );
+    assert!(s.stop().success(), "unclean exit on SIGTERM: {}", s.log());
+}
