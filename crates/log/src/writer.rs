@@ -31,16 +31,18 @@ pub(crate) enum Msg {
         reply: Reply,
         arrived: Instant,
     },
+    /// A device finished a write. On success the device thread already acknowledged the
+    /// batch; on failure the batch comes back to be failed.
     Done {
         dev: usize,
         result: std::io::Result<()>,
-        elapsed: Duration,
+        batch: Vec<Pending>,
     },
     Release(u64),
     Shutdown,
 }
 
-struct Pending {
+pub(crate) struct Pending {
     entry: Entry,
     header: RecordHeader,
     addr: LogAddr,
@@ -51,12 +53,22 @@ struct Pending {
 struct DevJob {
     buf: AlignedBuf,
     offset: u64,
+    batch: Vec<Pending>,
+}
+
+/// What a device thread needs to acknowledge its batches itself, saving a thread hop on the
+/// path of every write.
+struct DeviceCtx {
+    dev: usize,
+    disk: Arc<dyn Disk>,
+    sync_each_write: bool,
+    sink: Arc<dyn DurableSink>,
+    stats: Arc<LogStats>,
 }
 
 pub(crate) struct Writer {
     pub log_id: u128,
     pub policy: Policy<LinearModel>,
-    pub sink: Arc<dyn DurableSink>,
     pub stats: Arc<LogStats>,
     pub failed: Arc<Mutex<Option<String>>>,
     pub next_seq: u64,
@@ -67,7 +79,6 @@ pub(crate) struct Writer {
     pub released: u64,
     pub epoch: Instant,
     pending: HashMap<u64, Pending>,
-    in_flight: Vec<Vec<Pending>>,
     last_addr: Vec<LogAddr>,
     jobs: Vec<Sender<DevJob>>,
 }
@@ -97,12 +108,17 @@ pub(crate) fn spawn(
     let mut jobs = Vec::new();
     for (dev, disk) in devices.iter().enumerate() {
         let (jtx, jrx) = std::sync::mpsc::channel::<DevJob>();
-        let disk = Arc::clone(disk);
+        let ctx = DeviceCtx {
+            dev,
+            disk: Arc::clone(disk),
+            sync_each_write: parts.sync_each_write,
+            sink: Arc::clone(&parts.sink),
+            stats: Arc::clone(&parts.stats),
+        };
         let done = tx.clone();
-        let sync = parts.sync_each_write;
         let h = std::thread::Builder::new()
             .name(format!("log-dev{dev}"))
-            .spawn(move || device_loop(dev, disk.as_ref(), sync, &jrx, &done))?;
+            .spawn(move || device_loop(&ctx, &jrx, &done))?;
         handles.push(h);
         jobs.push(jtx);
     }
@@ -110,7 +126,6 @@ pub(crate) fn spawn(
     let w = Writer {
         log_id: parts.log_id,
         policy: parts.policy,
-        sink: parts.sink,
         stats: parts.stats,
         failed: parts.failed,
         next_seq: parts.next_seq,
@@ -120,7 +135,6 @@ pub(crate) fn spawn(
         released: parts.released,
         epoch: Instant::now(),
         pending: HashMap::new(),
-        in_flight: (0..n).map(|_| Vec::new()).collect(),
         last_addr: vec![LogAddr::NONE; n],
         jobs,
     };
@@ -131,27 +145,59 @@ pub(crate) fn spawn(
     Ok(handles)
 }
 
-fn device_loop(
-    dev: usize,
-    disk: &dyn Disk,
-    sync_each_write: bool,
-    jobs: &Receiver<DevJob>,
-    done: &Sender<Msg>,
-) {
+fn device_loop(ctx: &DeviceCtx, jobs: &Receiver<DevJob>, done: &Sender<Msg>) {
     while let Ok(job) = jobs.recv() {
         let start = Instant::now();
-        let mut result = disk.write_at(&job.buf, job.offset);
-        if result.is_ok() && sync_each_write {
-            result = disk.sync();
+        let mut result = ctx.disk.write_at(&job.buf, job.offset);
+        if result.is_ok() && ctx.sync_each_write {
+            result = ctx.disk.sync();
         }
-        let msg = Msg::Done {
-            dev,
-            result,
-            elapsed: start.elapsed(),
+        ctx.stats
+            .device_write_us
+            .record(start.elapsed().as_micros() as u64);
+        let batch = match result {
+            Ok(()) => {
+                acknowledge(ctx, job.batch);
+                Vec::new()
+            }
+            Err(_) => job.batch,
         };
-        if done.send(msg).is_err() {
+        if done
+            .send(Msg::Done {
+                dev: ctx.dev,
+                result,
+                batch,
+            })
+            .is_err()
+        {
             return;
         }
+    }
+}
+
+/// The batch is durable: consumers first (so reads see it), then each waiter.
+fn acknowledge(ctx: &DeviceCtx, batch: Vec<Pending>) {
+    let durable: Vec<Durable> = batch
+        .iter()
+        .map(|p| Durable {
+            header: p.header,
+            addr: p.addr,
+            payload: p.entry.payload.clone(),
+        })
+        .collect();
+    ctx.sink.durable(&durable);
+    for p in batch {
+        ctx.stats.durable_seq.fetch_max(p.header.seq, Relaxed);
+        ctx.stats.records.fetch_add(1, Relaxed);
+        ctx.stats
+            .ack_latency_us
+            .record(p.arrived.elapsed().as_micros() as u64);
+        let appended = Appended {
+            seq: p.header.seq,
+            timestamp_ns: p.header.timestamp_ns,
+            addr: p.addr,
+        };
+        let _ = p.reply.send(Ok(appended));
     }
 }
 
@@ -193,11 +239,7 @@ impl Writer {
                 reply,
                 arrived,
             } => self.append(entry, seq, reply, arrived),
-            Msg::Done {
-                dev,
-                result,
-                elapsed,
-            } => self.done(dev, result, elapsed),
+            Msg::Done { dev, result, batch } => self.done(dev, result, batch),
             Msg::Release(seq) => self.release(seq),
             Msg::Shutdown => Vec::new(),
         }
@@ -322,55 +364,37 @@ impl Writer {
         self.stats.batches.fetch_add(1, Relaxed);
         self.stats.batch_records.record(batch.len() as u64);
         self.stats.bytes_written.fetch_add(w.padded_bytes, Relaxed);
-        self.in_flight[w.dev] = batch;
         let job = DevJob {
             buf,
             offset: w.offset,
+            batch,
         };
-        if self.jobs[w.dev].send(job).is_err() {
+        if let Err(e) = self.jobs[w.dev].send(job) {
+            for p in e.0.batch {
+                let _ = p
+                    .reply
+                    .send(Err(LogError::Failed("log device thread is gone".into())));
+            }
             self.fail(format!("log device {} thread is gone", w.dev));
         }
     }
 
-    fn done(&mut self, dev: usize, result: std::io::Result<()>, elapsed: Duration) -> Vec<Action> {
-        self.stats
-            .device_write_us
-            .record(elapsed.as_micros() as u64);
-        let batch = std::mem::take(&mut self.in_flight[dev]);
+    fn done(
+        &mut self,
+        dev: usize,
+        result: std::io::Result<()>,
+        batch: Vec<Pending>,
+    ) -> Vec<Action> {
         if let Err(e) = result {
             let why = format!("log device {dev}: {e}");
             tracing::error!(%why, "log write failed; the log is now read-only");
-            self.in_flight[dev] = batch;
-            self.fail(why);
+            self.fail(why.clone());
+            for p in batch {
+                let _ = p.reply.send(Err(LogError::Failed(why.clone())));
+            }
             return Vec::new();
         }
-        self.acknowledge(batch);
         self.policy.completed(dev, self.now()).unwrap_or_default()
-    }
-
-    fn acknowledge(&mut self, batch: Vec<Pending>) {
-        let durable: Vec<Durable> = batch
-            .iter()
-            .map(|p| Durable {
-                header: p.header,
-                addr: p.addr,
-                payload: p.entry.payload.clone(),
-            })
-            .collect();
-        self.sink.durable(&durable);
-        for p in batch {
-            self.stats.durable_seq.fetch_max(p.header.seq, Relaxed);
-            self.stats.records.fetch_add(1, Relaxed);
-            self.stats
-                .ack_latency_us
-                .record(p.arrived.elapsed().as_micros() as u64);
-            let appended = Appended {
-                seq: p.header.seq,
-                timestamp_ns: p.header.timestamp_ns,
-                addr: p.addr,
-            };
-            let _ = p.reply.send(Ok(appended));
-        }
     }
 
     fn release(&mut self, seq: u64) -> Vec<Action> {
@@ -408,11 +432,6 @@ impl Writer {
     fn fail_all(&mut self, why: &str) {
         for (_, p) in self.pending.drain() {
             let _ = p.reply.send(Err(LogError::Failed(why.to_string())));
-        }
-        for batch in &mut self.in_flight {
-            for p in batch.drain(..) {
-                let _ = p.reply.send(Err(LogError::Failed(why.to_string())));
-            }
         }
     }
 }
