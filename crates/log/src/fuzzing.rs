@@ -5,7 +5,7 @@ use crate::scan::parse_segment;
 
 /// Feeds arbitrary bytes to every decoder of log bytes. Must never panic.
 pub fn fuzz_record(data: &[u8]) {
-    let log_id = 0x6d61_7269_6e65_72;
+    let log_id = 0x006d_6172_696e_6572;
     if let Ok(h) = RecordHeader::decode(data, log_id, None) {
         let body = data.get(crate::RECORD_HEADER_LEN..).unwrap_or(&[]);
         let payload = body.get(..h.payload_len as usize).unwrap_or(body);

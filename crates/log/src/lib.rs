@@ -453,9 +453,10 @@ fn read_unaligned(disk: &dyn Disk, out: &mut [u8], offset: u64) -> std::io::Resu
     Ok(())
 }
 
+/// The largest write payload: what fits a segment, at most 4 MiB so a segment holds several.
 fn max_payload(sb: &Superblock) -> u32 {
     let max = sb.segment_bytes - RECORD_HEADER_LEN as u64 - u64::from(sb.align_bytes);
-    u32::try_from(max.min(32 << 20)).unwrap_or(u32::MAX)
+    u32::try_from(max.min(4 << 20)).unwrap_or(u32::MAX)
 }
 
 fn check_config(cfg: &LogConfig) -> Result<(), LogError> {

@@ -7,7 +7,9 @@
 //! Each cycle: start (recover) the server on the same data directory, read the test region back
 //! and check it against what the clients saw in the previous cycle, then let several writer
 //! connections (each with its own queue depth) write overlapping 1–16 block requests with
-//! self-describing sectors, and SIGKILL the server at a random moment.
+//! self-describing sectors, and SIGKILL the server: a third of the cycles at a random moment,
+//! the others at the first acknowledgement a client receives after a random delay (microseconds
+//! after the server acknowledged, where a build whose acknowledgement races its sync is exposed).
 //!
 //! The check, per 4 KiB block of the region, with S = submit time and A = ack time on one
 //! monotonic clock shared by all writers, and "V certainly precedes W" meaning A(V) < S(W):
@@ -33,6 +35,7 @@ use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
+use std::process::Child;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, RecvTimeoutError};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -346,6 +349,40 @@ struct WriterSpec {
     seed: u64,
     next_id: Arc<AtomicU64>,
     stop: Arc<AtomicBool>,
+    killer: Arc<Killer>,
+}
+
+/// Sends the server SIGKILL once: from the test's main thread at a random moment, or, once
+/// armed, from the first reply reader that stamps an acknowledgement — microseconds after the
+/// server acknowledged, where a build that acknowledges before its batch is durable (or
+/// before the sync has even started) is most exposed.
+struct Killer {
+    child: Mutex<Option<Child>>,
+    armed: AtomicBool,
+    /// When the signal was sent; 0 before.
+    kill_ns: AtomicU64,
+}
+
+impl Killer {
+    fn kill(&self) {
+        let mut child = self.child.lock().unwrap();
+        if self.kill_ns.load(Ordering::SeqCst) == 0 {
+            self.kill_ns.store(now_ns(), Ordering::SeqCst);
+            if let Some(c) = child.as_mut() {
+                let _ = c.kill();
+            }
+        }
+    }
+
+    fn acknowledged(&self) {
+        if self.armed.load(Ordering::SeqCst) {
+            self.kill();
+        }
+    }
+
+    fn killed(&self) -> bool {
+        self.kill_ns.load(Ordering::SeqCst) != 0
+    }
 }
 
 /// Writes until the connection dies or `stop`; returns every request with its times.
@@ -367,7 +404,8 @@ fn writer(spec: WriterSpec) -> WriterLog {
     let input = out.try_clone().unwrap();
     let reader = {
         let log = Arc::clone(&log);
-        std::thread::spawn(move || reply_reader(input, &log, &tokens_tx))
+        let killer = Arc::clone(&spec.killer);
+        std::thread::spawn(move || reply_reader(input, &log, &tokens_tx, &killer))
     };
     let mut rng = Rng(spec.seed);
     loop {
@@ -380,7 +418,7 @@ fn writer(spec: WriterSpec) -> WriterLog {
             break;
         }
         let blocks = rng.range(1, MAX_REQUEST_BLOCKS);
-        let span = if rng.next() % 2 == 0 {
+        let span = if rng.next().is_multiple_of(2) {
             HOT_BLOCKS
         } else {
             REGION_BLOCKS
@@ -423,6 +461,7 @@ fn reply_reader(
     mut input: TcpStream,
     log: &Mutex<WriterLog>,
     tokens: &std::sync::mpsc::SyncSender<()>,
+    killer: &Killer,
 ) {
     loop {
         let (err, cookie) = match read_reply(&mut input) {
@@ -433,10 +472,14 @@ fn reply_reader(
             }
         };
         let at = now_ns();
+        let mut acked = false;
         {
             let mut l = log.lock().unwrap();
             match l.reqs.get_mut(cookie as usize) {
-                Some(r) if err == 0 && r.ack_ns.is_none() => r.ack_ns = Some(at),
+                Some(r) if err == 0 && r.ack_ns.is_none() => {
+                    r.ack_ns = Some(at);
+                    acked = true;
+                }
                 Some(r) if err == 0 => {
                     let what = format!("request {} acknowledged twice", r.id);
                     l.fail(what);
@@ -450,6 +493,9 @@ fn reply_reader(
                 }
                 None => l.fail(format!("reply with unknown cookie {cookie}")),
             }
+        }
+        if acked {
+            killer.acknowledged();
         }
         let _ = tokens.try_send(());
     }
@@ -629,14 +675,21 @@ struct CycleStats {
     in_flight: usize,
 }
 
-/// Runs the writers against `addr` and SIGKILLs the server after `run_ms`.
+/// Runs the writers against the server and SIGKILLs it after `run_ms`, at once or (`on_ack`)
+/// at the next acknowledgement a client receives.
 fn write_and_kill(
     server: &mut Server,
     run_ms: u64,
+    on_ack: bool,
     rng: &mut Rng,
     next_id: &Arc<AtomicU64>,
 ) -> (Vec<Req>, Vec<String>) {
     let stop = Arc::new(AtomicBool::new(false));
+    let killer = Arc::new(Killer {
+        child: Mutex::new(server.child.take()),
+        armed: AtomicBool::new(false),
+        kill_ns: AtomicU64::new(0),
+    });
     let handles: Vec<_> = WRITER_DEPTHS
         .iter()
         .enumerate()
@@ -648,13 +701,23 @@ fn write_and_kill(
                 seed: rng.next(),
                 next_id: Arc::clone(next_id),
                 stop: Arc::clone(&stop),
+                killer: Arc::clone(&killer),
             };
             std::thread::spawn(move || writer(spec))
         })
         .collect();
     std::thread::sleep(Duration::from_millis(run_ms));
-    let kill_ns = now_ns();
-    server.kill();
+    if on_ack {
+        killer.armed.store(true, Ordering::SeqCst);
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while !killer.killed() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    killer.kill();
+    let kill_ns = killer.kill_ns.load(Ordering::SeqCst);
+    server.child = killer.child.lock().unwrap().take();
+    server.kill(); // reaps it
     stop.store(true, Ordering::Relaxed);
     let mut reqs = Vec::new();
     let mut bad = Vec::new();
@@ -742,19 +805,22 @@ fn crash_cycles(name: &str, cycles: u64, args: &[String]) {
             final_clean_restart(&mut server, &data, &argv, &baseline, name);
             break;
         }
-        let run_ms = if rng.next() % 4 == 0 {
+        let run_ms = if rng.next().is_multiple_of(4) {
             rng.range(5, 100)
         } else {
             rng.range(100, 1500)
         };
-        let (new_reqs, bad) = write_and_kill(&mut server, run_ms, &mut rng, &next_id);
+        let on_ack = !rng.next().is_multiple_of(3);
+        let (new_reqs, bad) = write_and_kill(&mut server, run_ms, on_ack, &mut rng, &next_id);
         if !bad.is_empty() {
             fail_keeping(dir, name, cycle, &bad, &server.log());
         }
         let st = summarize(&new_reqs);
         println!(
-            "{name}: cycle {}/{cycles}: killed after {run_ms} ms: {} writes submitted, {} acknowledged, {} in flight",
+            "{name}: cycle {}/{cycles}: killed after {run_ms} ms{}: {} writes submitted, {} \
+             acknowledged, {} in flight",
             cycle + 1,
+            if on_ack { " at an acknowledgement" } else { "" },
             st.submitted,
             st.acked,
             st.in_flight

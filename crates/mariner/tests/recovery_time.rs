@@ -158,14 +158,10 @@ fn a_full_one_gib_log_recovers_within_five_seconds() {
     let dir = scratch("recovery");
     let data = dir.path().join("data");
     let src = dir.path().join("src.raw");
-    random_file(&src, FILL_BYTES, 0x7265_636f_7665_72);
-    let paused = [
-        "--log-size",
-        "1GiB",
-        "--default-volume-size",
-        "2GiB",
-        "--test-pause-apply",
-    ];
+    random_file(&src, FILL_BYTES, 0x0072_6563_6f76_6572);
+    let log_size = LOG_BYTES.to_string();
+    let unpaused = ["--log-size", &log_size, "--default-volume-size", "2GiB"];
+    let paused = [&unpaused[..], &["--test-pause-apply"]].concat();
 
     let mut s = Server::start(&data, &paused);
     let t = Instant::now();
@@ -193,10 +189,7 @@ fn a_full_one_gib_log_recovers_within_five_seconds() {
     s.kill();
 
     let cache = drop_caches();
-    let (mut s, cold) = restart(
-        &data,
-        &["--log-size", "1GiB", "--default-volume-size", "2GiB"],
-    );
+    let (mut s, cold) = restart(&data, &unpaused);
     report(cache, &cold, expected);
     run(Command::new("qemu-img")
         .args(["compare", "-f", "raw", "-F", "raw"])

@@ -37,8 +37,9 @@ pub struct LogSection {
     pub devices: Vec<PathBuf>,
     /// Size of log files created by Mariner (existing files and block devices keep theirs).
     pub file_size: ByteSize,
-    /// Segment (track) size; bounds the largest single write.
-    pub segment_size: ByteSize,
+    /// Segment (track) size; bounds the largest single write. Unset: the smallest device's
+    /// size / 32, a power of two between 1 MiB and 16 MiB (used when the log is formatted).
+    pub segment_size: Option<ByteSize>,
     /// mariner-paper.md §4 T_wait in microseconds. See docs/benchmarks.md for the sweep.
     pub t_wait_us: u64,
     /// mariner-paper.md eq. 2 T_switch (0 disables early track switches).
@@ -109,7 +110,7 @@ impl Default for LogSection {
         Self {
             devices: Vec::new(),
             file_size: ByteSize::mib(256),
-            segment_size: ByteSize::mib(4),
+            segment_size: None,
             t_wait_us: 50,
             t_switch: 0.0,
             dispatch_on_idle: true,
@@ -152,12 +153,12 @@ impl Config {
         if self.nbd.listen.is_empty() {
             return bad("nbd.listen: at least one address");
         }
-        let seg = self.log.segment_size.as_u64();
+        let seg = self.log.segment_size.map_or(1 << 20, |s| s.as_u64());
         if !(64 * 1024..=256 << 20).contains(&seg) || !seg.is_multiple_of(4096) {
             return bad("log.segment_size: a multiple of 4 KiB between 64 KiB and 256 MiB");
         }
         if self.log.file_size.as_u64() < 64 * 1024 + 4 * seg {
-            return bad("log.file_size: room for at least four segments");
+            return bad("log.file_size: room for at least four segments (at least 4 MiB)");
         }
         if !self.log.t_switch.is_finite() || self.log.t_switch < 0.0 {
             return bad("log.t_switch: a number >= 0 (0 disables early switching)");
@@ -171,5 +172,34 @@ impl Config {
             return bad("store.sync_interval_ms: at least 1");
         }
         Ok(())
+    }
+}
+
+/// The segment size for a log whose smallest device has `device_bytes`: 1/32 of it, a power of
+/// two between 1 MiB and 16 MiB. Large enough that a segment holds several of the largest
+/// records (4 MiB), small enough that space is released in fine steps.
+pub fn default_segment_bytes(device_bytes: u64) -> u64 {
+    let target = (device_bytes / 32).clamp(1 << 20, 16 << 20);
+    1u64 << (63 - target.leading_zeros())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn segment_size_follows_the_device() {
+        assert_eq!(default_segment_bytes(64 << 20), 2 << 20);
+        assert_eq!(default_segment_bytes(256 << 20), 8 << 20);
+        assert_eq!(default_segment_bytes(1 << 30), 16 << 20);
+        assert_eq!(default_segment_bytes(1 << 40), 16 << 20);
+        assert_eq!(default_segment_bytes(5 << 20), 1 << 20);
+    }
+
+    #[test]
+    fn unknown_keys_are_errors() {
+        assert!(toml::from_str::<Config>("[log]\nbogus = 1\n").is_err());
+        let c: Config = toml::from_str("[log]\nt_wait_us = 7\n").unwrap();
+        assert_eq!(c.log.t_wait_us, 7);
     }
 }

@@ -394,7 +394,15 @@ fn initialise(dir: &DataDir, cfg: &Config) -> Result<NodeState, NodeError> {
         .iter()
         .map(|p| open_disk(p, cfg.log.direct_io, cfg.test.volatile))
         .collect::<Result<Vec<_>, _>>()?;
-    Log::format(&disks, &log_config(cfg), log_id)?;
+    let mut log_cfg = log_config(cfg);
+    if cfg.log.segment_size.is_none() {
+        let mut smallest = u64::MAX;
+        for d in &disks {
+            smallest = smallest.min(d.len().map_err(|e| NodeError::Io(e.to_string()))?);
+        }
+        log_cfg.segment_bytes = crate::config::default_segment_bytes(smallest);
+    }
+    Log::format(&disks, &log_cfg, log_id)?;
     for d in &disks {
         d.sync().map_err(|e| NodeError::Io(e.to_string()))?;
     }
@@ -510,7 +518,8 @@ fn open_image(
 fn log_config(cfg: &Config) -> LogConfig {
     let l = &cfg.log;
     LogConfig {
-        segment_bytes: l.segment_size.as_u64(),
+        // Only used when formatting; an existing log keeps the geometry in its superblocks.
+        segment_bytes: l.segment_size.map_or(1 << 20, |s| s.as_u64()),
         align_bytes: if l.direct_io { 4096 } else { 512 },
         t_wait_ns: l.t_wait_us * 1000,
         t_switch: if l.t_switch == 0.0 {

@@ -42,7 +42,12 @@ pub async fn run(node: Arc<Node>, mut stop: watch::Receiver<bool>) -> Result<(),
     for (l, _) in nbd {
         let exports: Arc<dyn mariner_nbd::Exports> = node.clone();
         let mut q = quit_rx.clone();
-        let cfg = mariner_nbd::ServerConfig::default();
+        // 16 MiB of payload in flight per connection bounds what a writer blocked on a full
+        // log can make the server hold (docs/ARCHITECTURE.md "Memory").
+        let cfg = mariner_nbd::ServerConfig {
+            max_in_flight_bytes: 16 << 20,
+            ..mariner_nbd::ServerConfig::default()
+        };
         tasks.spawn(async move {
             let shutdown = async move {
                 let _ = q.wait_for(|v| *v).await;

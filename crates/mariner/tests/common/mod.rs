@@ -279,6 +279,7 @@ pub fn rss_kib(pid: u32) -> u64 {
 /// fixed-newstyle handshake and `NBD_OPT_GO` (simple replies only). Panics unless the server
 /// accepts. Returns the socket, now in the transmission phase, the export size and the
 /// transmission flags. Written from the NBD protocol document, independently of mariner-nbd.
+#[allow(clippy::big_endian_bytes)] // the NBD wire is big-endian
 pub fn nbd_connect(addr: &str, export: &str) -> (std::net::TcpStream, u64, u16) {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(addr).unwrap();
