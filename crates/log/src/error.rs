@@ -24,7 +24,7 @@ pub enum FormatError {
 pub enum LogError {
     #[error("log device {dev}: {source}")]
     Io { dev: usize, source: io::Error },
-    #[error("log device {dev} has no valid superblock ({source}); format it first")]
+    #[error("log device {dev} is not a Mariner log device: no valid superblock ({source})")]
     NotFormatted { dev: usize, source: FormatError },
     #[error("log device {dev} already holds a Mariner log; refusing to overwrite it")]
     AlreadyFormatted { dev: usize },

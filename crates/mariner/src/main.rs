@@ -231,6 +231,17 @@ fn serve(a: ServeArgs) -> Result<ExitCode, String> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Names are checked here as on the server, so a name can never be read as another path.
+fn checked(name: &str) -> Result<&str, String> {
+    if mariner_node::valid_volume_name(name) {
+        Ok(name)
+    } else {
+        Err(format!(
+            "invalid volume name {name:?}: 1-64 of A-Z a-z 0-9 . _ -, not starting with . or -"
+        ))
+    }
+}
+
 fn volume(c: VolumeCmd) -> Result<ExitCode, String> {
     let (target, value) = match c {
         VolumeCmd::Create { name, size, target } => {
@@ -243,17 +254,19 @@ fn volume(c: VolumeCmd) -> Result<ExitCode, String> {
             (target, v)
         }
         VolumeCmd::Info { name, target } => {
-            let v = client::request(&target.data, "GET", &format!("/v1/volumes/{name}"), None)?;
+            let path = format!("/v1/volumes/{}", checked(&name)?);
+            let v = client::request(&target.data, "GET", &path, None)?;
             (target, v)
         }
         VolumeCmd::Delete { name, target } => {
-            client::request(&target.data, "DELETE", &format!("/v1/volumes/{name}"), None)?;
+            let path = format!("/v1/volumes/{}", checked(&name)?);
+            client::request(&target.data, "DELETE", &path, None)?;
             println!("deleted {name}");
             return Ok(ExitCode::SUCCESS);
         }
         VolumeCmd::Grow { name, size, target } => {
             let body = serde_json::json!({ "size_bytes": size.as_u64() });
-            let path = format!("/v1/volumes/{name}/grow");
+            let path = format!("/v1/volumes/{}/grow", checked(&name)?);
             let v = client::request(&target.data, "POST", &path, Some(&body))?;
             (target, v)
         }

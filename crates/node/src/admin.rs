@@ -19,6 +19,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use axum::extract::rejection::JsonRejection;
 use axum::extract::{Path as UrlPath, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -56,6 +57,23 @@ impl IntoResponse for ApiError {
 
 type ApiResult = Result<Response, ApiError>;
 
+/// A JSON body, with malformed bodies answered in the API's own error format.
+fn body<T>(b: Result<Json<T>, JsonRejection>) -> Result<T, ApiError> {
+    b.map(|Json(t)| t)
+        .map_err(|e| ApiError(NodeError::BadRequest(e.body_text())))
+}
+
+/// A volume name from the URL, checked like names on create.
+fn name_arg(name: String) -> Result<String, ApiError> {
+    if crate::valid_volume_name(&name) {
+        Ok(name)
+    } else {
+        Err(ApiError(NodeError::BadRequest(format!(
+            "invalid volume name {name:?}"
+        ))))
+    }
+}
+
 /// Runs a blocking node operation off the async threads.
 async fn blocking<T, F>(node: Arc<Node>, f: F) -> Result<T, ApiError>
 where
@@ -79,12 +97,17 @@ async fn list(State(node): State<Arc<Node>>) -> ApiResult {
     Ok(Json(infos).into_response())
 }
 
-async fn create(State(node): State<Arc<Node>>, Json(req): Json<CreateVolume>) -> ApiResult {
+async fn create(
+    State(node): State<Arc<Node>>,
+    req: Result<Json<CreateVolume>, JsonRejection>,
+) -> ApiResult {
+    let req = body(req)?;
     let info = blocking(node, move |n| n.create_volume(&req.name, req.size_bytes)).await?;
     Ok((StatusCode::CREATED, Json(info)).into_response())
 }
 
 async fn info(State(node): State<Arc<Node>>, UrlPath(name): UrlPath<String>) -> ApiResult {
+    let name = name_arg(name)?;
     let info = blocking(node, move |n| {
         n.volume_info(&name).ok_or(NodeError::NotFound(name))
     })
@@ -93,6 +116,7 @@ async fn info(State(node): State<Arc<Node>>, UrlPath(name): UrlPath<String>) -> 
 }
 
 async fn delete(State(node): State<Arc<Node>>, UrlPath(name): UrlPath<String>) -> ApiResult {
+    let name = name_arg(name)?;
     blocking(node, move |n| n.delete_volume(&name)).await?;
     Ok(Json(json!({})).into_response())
 }
@@ -100,8 +124,10 @@ async fn delete(State(node): State<Arc<Node>>, UrlPath(name): UrlPath<String>) -
 async fn grow(
     State(node): State<Arc<Node>>,
     UrlPath(name): UrlPath<String>,
-    Json(req): Json<GrowVolume>,
+    req: Result<Json<GrowVolume>, JsonRejection>,
 ) -> ApiResult {
+    let name = name_arg(name)?;
+    let req = body(req)?;
     let info = blocking(node, move |n| n.grow_volume(&name, req.size_bytes)).await?;
     Ok(Json(info).into_response())
 }
@@ -129,6 +155,11 @@ async fn metrics(State(node): State<Arc<Node>>) -> Response {
     ([("content-type", "text/plain; version=0.0.4")], body).into_response()
 }
 
+async fn not_found() -> Response {
+    let body = Json(json!({ "error": "no such endpoint; see docs/ARCHITECTURE.md" }));
+    (StatusCode::NOT_FOUND, body).into_response()
+}
+
 pub fn router(node: Arc<Node>) -> Router {
     Router::new()
         .route("/v1/volumes", get(list).post(create))
@@ -136,6 +167,7 @@ pub fn router(node: Arc<Node>) -> Router {
         .route("/v1/volumes/{name}/grow", post(grow))
         .route("/v1/status", get(status))
         .route("/metrics", get(metrics))
+        .fallback(not_found)
         .with_state(node)
 }
 

@@ -262,8 +262,9 @@ impl Node {
         let vol = self
             .volume(name)
             .ok_or_else(|| NodeError::NotFound(name.to_string()))?;
-        // Holding the connection table while removing makes a racing connect either see the
-        // volume gone or be counted before the check.
+        // Holding the connection table while removing makes a racing connect that was already
+        // counted block the delete; one that opened the volume but was not yet counted finds
+        // it marked deleted below.
         let conns = self
             .connections
             .lock()
@@ -278,6 +279,9 @@ impl Node {
             v.remove(name);
         }
         drop(conns);
+        // A client that looked the volume up just before its connection was counted gets
+        // errors, never acknowledgements for writes that would be dropped.
+        vol.mark_deleted();
         self.store.remove_volume(vol.meta().id);
         self.dir.delete_volume(name)?;
         tracing::info!(volume = name, "volume deleted");

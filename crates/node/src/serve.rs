@@ -78,6 +78,7 @@ pub async fn run(node: Arc<Node>, mut stop: watch::Receiver<bool>) -> Result<(),
     let n = node.clone();
     let _ = tokio::task::spawn_blocking(move || n.shutdown()).await;
     let _ = std::fs::remove_file(&admin_path);
+    let _ = std::fs::remove_file(node.data_dir().join("ports.json"));
     tracing::info!("stopped");
     Ok(())
 }

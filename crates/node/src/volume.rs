@@ -1,7 +1,7 @@
 //! A volume as the front ends see it: writes go to the log and are acknowledged once durable
 //! there; reads come from the store, which sees every acknowledged write.
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, RwLock};
 
 use async_trait::async_trait;
@@ -27,6 +27,8 @@ pub struct Volume {
     meta: RwLock<VolumeMeta>,
     log: Log,
     store: Arc<Store>,
+    /// Set by delete: a client that opened the volume just before cannot write into nothing.
+    deleted: AtomicBool,
     pub stats: VolumeStats,
 }
 
@@ -36,6 +38,7 @@ impl Volume {
             meta: RwLock::new(meta),
             log,
             store,
+            deleted: AtomicBool::new(false),
             stats: VolumeStats::default(),
         }
     }
@@ -45,6 +48,11 @@ impl Volume {
             .read()
             .map(|m| m.clone())
             .unwrap_or_else(|p| p.into_inner().clone())
+    }
+
+    /// Marks the volume deleted: every later request fails.
+    pub fn mark_deleted(&self) {
+        self.deleted.store(true, Relaxed);
     }
 
     pub fn set_size(&self, size: u64) {
@@ -62,6 +70,9 @@ impl Volume {
     }
 
     fn check(&self, offset: u64, len: u64, writing: bool) -> Result<VolumeMeta, ExportError> {
+        if self.deleted.load(Relaxed) {
+            return Err(ExportError::Shutdown);
+        }
         let m = self.meta();
         if offset.checked_add(len).is_none_or(|end| end > m.size_bytes) {
             return Err(ExportError::OutOfRange);
