@@ -2,6 +2,7 @@
 
 mod client;
 mod logtool;
+mod sim_cmd;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -45,6 +46,8 @@ enum Command {
     /// Inspect log devices offline.
     #[command(subcommand)]
     Log(LogCmd),
+    /// Run a disk/array simulation experiment (Trail, Mariner papers); see docs/simulation.md.
+    Sim(sim_cmd::SimArgs),
 }
 
 #[derive(Args)]
@@ -167,6 +170,7 @@ fn main() -> ExitCode {
         Command::Volume(c) => volume(c),
         Command::Log(LogCmd::Dump(a)) => logtool::dump(&a),
         Command::Log(LogCmd::Verify(a)) => logtool::verify(&a),
+        Command::Sim(a) => sim_cmd::run(&a),
     };
     match result {
         Ok(code) => code,

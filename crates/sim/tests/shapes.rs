@@ -1,0 +1,135 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! Shapes the seeds describe, and determinism. No pinned numbers of our own.
+
+use std::time::Instant;
+
+use mariner_sim::disk::DiskParams;
+use mariner_sim::experiments::{self, table2_numbers, trail_point};
+use mariner_sim::mariner::{self, simulate, ArrayRun};
+use mariner_sim::rng::SplitMix64;
+use mariner_sim::workload::{Arrivals, Synthetic};
+
+#[test]
+fn same_seed_same_output_different_seed_different_output() {
+    for name in ["trail-table2", "disks"] {
+        assert_eq!(
+            experiments::run(name, 7),
+            experiments::run(name, 7),
+            "{name}"
+        );
+    }
+    let a = mariner::table1(3, 3_000).to_text();
+    assert_eq!(a, mariner::table1(3, 3_000).to_text());
+    assert_ne!(
+        experiments::trail_table2(1, 2_000).to_text(),
+        experiments::trail_table2(2, 2_000).to_text()
+    );
+}
+
+#[test]
+fn trail_writes_use_the_bandwidth_a_conventional_disk_wastes() {
+    // trail-paper.md Table II: Trail write >= 90 % for 1-10 KB; conventional < 20 %;
+    // Trail's main disk about as efficient as a conventional disk.
+    for (kb, e) in table2_numbers(&DiskParams::trail_table1(), 11, 10_000) {
+        let [conv_r, conv_w, trail_r, trail_w] = e;
+        assert!(trail_w >= 0.90, "{kb} KB Trail write {trail_w}");
+        assert!(
+            conv_r < 0.20 && conv_w < 0.20,
+            "{kb} KB conventional {conv_r} {conv_w}"
+        );
+        assert!(
+            (trail_r / conv_r - 1.0).abs() < 0.2,
+            "{kb} KB read {trail_r} vs {conv_r}"
+        );
+    }
+}
+
+#[test]
+fn trail_write_latency_gain_is_huge_under_load_and_large_when_light() {
+    // trail-paper.md Fig. 2: >= 1000x at 200 req/s; more than 10x at low rates; a sharp drop
+    // around 20 ms.
+    let d = DiskParams::trail_table1();
+    let ratio = |ms: f64| {
+        let (c, t) = trail_point(&d, 1, ms, 10_000, 5);
+        c.write_latency_ms.mean() / t.write_latency_ms.mean()
+    };
+    let (heavy, light) = (ratio(5.0), ratio(100.0));
+    assert!(heavy >= 1000.0, "{heavy}");
+    assert!(light > 10.0 && light < heavy / 10.0, "{light}");
+}
+
+#[test]
+fn longer_t_wait_batches_more() {
+    // mariner-paper.md Table 1: batch size grows with T_wait, and past the minimum the
+    // latency grows with it.
+    let r = mariner::table1_results(1, 10_000);
+    let (first, last) = (r.first().unwrap(), r.last().unwrap());
+    assert!(last.batch_kb() > 2.0 * first.batch_kb());
+    assert!(r[7].latency_ms.mean() > r[3].latency_ms.mean());
+    assert!(r
+        .windows(2)
+        .all(|w| w[1].batch_kb() >= 0.9 * w[0].batch_kb()));
+}
+
+#[test]
+fn more_log_disks_carry_more_load_at_low_latency() {
+    // mariner-paper.md Fig. 6(b): at a fixed input rate, adding disks raises the throughput
+    // the array sustains, and latency stays low once the array keeps up.
+    let at = |disks: usize, interval_us: u64| {
+        let mut run = ArrayRun::paper_defaults(interval_us * 1000, 8_000);
+        run.disks = disks;
+        simulate(&run, 2)
+    };
+    let one = at(1, 100);
+    let five = at(5, 100);
+    assert!(
+        one.logical_ops() < 0.8 * 10_000.0,
+        "one disk cannot keep up with 10k/s"
+    );
+    assert!(five.logical_ops() > 0.95 * 10_000.0);
+    assert!(five.latency_ms.mean() < 2.0);
+    // Sustained per-disk load is roughly constant: n disks at n times the rate stay as fast.
+    let per_disk: Vec<f64> = (1..=4)
+        .map(|n| at(n, 1000 / n as u64).latency_ms.mean())
+        .collect();
+    let (lo, hi) = per_disk
+        .iter()
+        .fold((f64::MAX, 0.0_f64), |(l, h), &x| (l.min(x), h.max(x)));
+    assert!(hi < 2.0 * lo, "{per_disk:?}");
+}
+
+#[test]
+fn a_million_requests_in_five_seconds() {
+    let d = DiskParams::trail_table1();
+    let spec = Synthetic {
+        reads_per_write: 4.0,
+        min_bytes: 1024,
+        max_bytes: 10 * 1024,
+        arrivals: Arrivals::Exponential { mean_ms: 20.0 },
+        locality: 1.0,
+        count: 1_000_000,
+    };
+    let t = Instant::now();
+    let reqs = spec.generate(&d, &mut SplitMix64::new(1));
+    let tr = mariner_sim::trail::run(&d, &reqs, true, &mut SplitMix64::new(2));
+    let conv = mariner_sim::conventional::run(&d, &reqs, &mut SplitMix64::new(3));
+    let trail_secs = t.elapsed().as_secs_f64();
+    assert_eq!(
+        tr.write_latency_ms.count + tr.read_latency_ms.count,
+        1_000_000
+    );
+    assert_eq!(
+        conv.write_latency_ms.count + conv.read_latency_ms.count,
+        1_000_000
+    );
+
+    let t = Instant::now();
+    let r = simulate(&ArrayRun::paper_defaults(120_000, 1_000_000), 1);
+    let array_secs = t.elapsed().as_secs_f64();
+    assert_eq!(r.latency_ms.count, 1_000_000);
+    if !cfg!(debug_assertions) {
+        assert!(trail_secs < 5.0, "Trail + conventional: {trail_secs} s");
+        assert!(array_secs < 5.0, "policy-driven array: {array_secs} s");
+    }
+    eprintln!("1M requests: trail+conventional {trail_secs:.2} s, array {array_secs:.2} s");
+}
