@@ -1,0 +1,455 @@
+//! Command execution: one [`Lun`] over a [`BlockBackend`], answering decoded CDBs.
+//!
+//! The transport hands [`Lun::execute`] the CDB and the data-out buffer it collected and gets
+//! back a [`Response`] (status, data-in, sense). Transport length mismatches (expected
+//! transfer length versus what the CDB implies) are the transport's business; it can ask
+//! [`data_out_len`] what a CDB needs.
+
+use std::sync::Arc;
+
+use crate::backend::{BackendError, BlockBackend, CompareOutcome, Geometry, Provisioning};
+use crate::cdb::{Cdb, Range};
+use crate::sense::{Asc, Sense, SenseKey, Status};
+use crate::wire::{be16, be32, be64, push_be};
+use crate::{inquiry, mode, opcodes};
+
+/// Largest number of UNMAP block descriptors accepted in one command.
+pub const MAX_UNMAP_DESCRIPTORS: u32 = 256;
+/// Largest number of blocks one UNMAP descriptor or WRITE SAME may cover.
+pub const MAX_UNMAP_BLOCKS: u32 = 1 << 20;
+/// Largest COMPARE AND WRITE, in blocks.
+pub const MAX_COMPARE_AND_WRITE_BLOCKS: u8 = 64;
+
+/// The result of one command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Response {
+    /// SAM status.
+    pub status: Status,
+    /// Data-in bytes (already clipped to the allocation length).
+    pub data: Vec<u8>,
+    /// Sense data for CHECK CONDITION.
+    pub sense: Option<Sense>,
+}
+
+impl Response {
+    /// GOOD with data.
+    pub fn good(data: Vec<u8>) -> Self {
+        Self {
+            status: Status::Good,
+            data,
+            sense: None,
+        }
+    }
+
+    /// CHECK CONDITION with `sense`.
+    pub fn check(sense: Sense) -> Self {
+        Self {
+            status: Status::CheckCondition,
+            data: Vec::new(),
+            sense: Some(sense),
+        }
+    }
+}
+
+type Outcome = Result<Vec<u8>, Sense>;
+
+fn clip(mut data: Vec<u8>, alloc: u32) -> Vec<u8> {
+    data.truncate(alloc as usize);
+    data
+}
+
+fn backend_sense(err: BackendError) -> Sense {
+    match err {
+        BackendError::Read(_) => Sense::new(SenseKey::MediumError, Asc::UNRECOVERED_READ_ERROR),
+        BackendError::Write(_) => Sense::new(SenseKey::MediumError, Asc::WRITE_ERROR),
+        BackendError::ReadOnly => Sense::write_protected(),
+        BackendError::NoSpace => Sense::new(SenseKey::IllegalRequest, Asc::INSUFFICIENT_RESOURCES),
+    }
+}
+
+/// Bytes of data-out the command in `cdb` transfers with this block size, or `None` when the
+/// CDB does not decode (the executor will report why).
+pub fn data_out_len(cdb: &[u8], block_size: u32) -> Option<u64> {
+    let bs = u64::from(block_size);
+    Some(match Cdb::parse(cdb).ok()? {
+        Cdb::Write { range, .. } => u64::from(range.blocks) * bs,
+        Cdb::WriteAndVerify { range, .. } => u64::from(range.blocks) * bs,
+        Cdb::Verify { range, bytchk: 1 } => u64::from(range.blocks) * bs,
+        Cdb::Verify { bytchk: 3, .. } => bs,
+        Cdb::WriteSame { ndob: false, .. } => bs,
+        Cdb::CompareAndWrite { blocks, .. } => 2 * u64::from(blocks) * bs,
+        Cdb::ModeSelect { param_len, .. } | Cdb::Unmap { param_len } => u64::from(param_len),
+        _ => 0,
+    })
+}
+
+/// One logical unit.
+pub struct Lun {
+    backend: Arc<dyn BlockBackend>,
+}
+
+impl std::fmt::Debug for Lun {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lun").finish_non_exhaustive()
+    }
+}
+
+impl Lun {
+    /// A logical unit over `backend`.
+    pub fn new(backend: Arc<dyn BlockBackend>) -> Self {
+        Self { backend }
+    }
+
+    /// The backend's geometry.
+    pub fn geometry(&self) -> Geometry {
+        self.backend.geometry()
+    }
+
+    /// Executes a WRITE or WRITE AND VERIFY truncated to the whole blocks of `data_out`,
+    /// for a transport whose expected transfer length is shorter than the CDB asks (FCP-4
+    /// and iSCSI: process the command without transferring data beyond that length).
+    pub async fn execute_truncated_write(&self, cdb: &[u8], data_out: &[u8]) -> Response {
+        let g = self.backend.geometry();
+        let parsed = match Cdb::parse(cdb) {
+            Ok(Cdb::Write { range, .. } | Cdb::WriteAndVerify { range, .. }) => {
+                let blocks = (data_out.len() as u64 / u64::from(g.block_size.max(1))) as u32;
+                let range = Range {
+                    lba: range.lba,
+                    blocks: blocks.min(range.blocks),
+                };
+                Cdb::Write { range, fua: false }
+            }
+            Ok(_) => return Response::check(Sense::invalid_field_in_cdb(0)),
+            Err(sense) => return Response::check(sense),
+        };
+        match self.run(&g, parsed, data_out).await {
+            Ok(data) => Response::good(data),
+            Err(sense) => Response::check(sense),
+        }
+    }
+
+    /// Executes one command. `data_out` holds the data-out buffer (at least what the CDB
+    /// needs, see [`data_out_len`]; extra bytes are ignored).
+    pub async fn execute(&self, cdb: &[u8], data_out: &[u8]) -> Response {
+        let geometry = self.backend.geometry();
+        let outcome = match Cdb::parse(cdb) {
+            Ok(parsed) => self.run(&geometry, parsed, data_out).await,
+            Err(sense) => Err(sense),
+        };
+        match outcome {
+            Ok(data) => Response::good(data),
+            Err(sense) => Response::check(sense),
+        }
+    }
+
+    async fn run(&self, g: &Geometry, cdb: Cdb, data_out: &[u8]) -> Outcome {
+        match cdb {
+            Cdb::TestUnitReady | Cdb::PreventAllow { .. } => Ok(Vec::new()),
+            Cdb::StartStopUnit { .. } => Ok(Vec::new()),
+            Cdb::RequestSense { descriptor, alloc } => Ok(request_sense(descriptor, alloc)),
+            Cdb::Inquiry { evpd, page, alloc } => {
+                inquiry::inquiry(g, evpd, page).map(|d| clip(d, alloc))
+            }
+            Cdb::ModeSense { .. } => mode::sense(g, &cdb),
+            Cdb::ModeSelect {
+                ten,
+                pf,
+                save,
+                param_len,
+            } => mode::select(g, ten, pf, save, need(data_out, param_len)?),
+            Cdb::ReadCapacity10 { pmi, lba } => read_capacity_10(g, pmi, lba),
+            Cdb::ReadCapacity16 { alloc } => Ok(clip(read_capacity_16(g), alloc)),
+            Cdb::Read { range, .. } => self.read(g, range).await,
+            Cdb::Write { range, .. } => self.write(g, range, data_out).await,
+            Cdb::WriteAndVerify { range, .. } => self.write(g, range, data_out).await,
+            Cdb::Verify { range, bytchk } => self.verify(g, range, bytchk, data_out).await,
+            Cdb::SynchronizeCache { range, .. } => {
+                check_range(g, range)?;
+                self.backend.flush().await.map_err(backend_sense)?;
+                Ok(Vec::new())
+            }
+            Cdb::PreFetch { range, .. } => check_range(g, range).map(|()| Vec::new()),
+            Cdb::WriteSame { range, unmap, ndob } => {
+                self.write_same(g, range, unmap, ndob, data_out).await
+            }
+            Cdb::Unmap { param_len } => self.unmap(g, need(data_out, param_len)?).await,
+            Cdb::GetLbaStatus { lba, alloc } => self.get_lba_status(g, lba, alloc).await,
+            Cdb::CompareAndWrite { lba, blocks, .. } => {
+                self.compare_and_write(g, lba, blocks, data_out).await
+            }
+            Cdb::ReportLuns { select, alloc } => report_luns(select, alloc),
+            Cdb::ReportSupportedOpcodes { .. } => opcodes::report(&cdb),
+            Cdb::Unsupported { .. } => Err(Sense::invalid_opcode()),
+        }
+    }
+
+    async fn read(&self, g: &Geometry, range: Range) -> Outcome {
+        check_transfer(g, range)?;
+        if range.blocks == 0 {
+            return Ok(Vec::new());
+        }
+        self.backend
+            .read(range.lba, range.blocks)
+            .await
+            .map_err(backend_sense)
+    }
+
+    async fn write(&self, g: &Geometry, range: Range, data_out: &[u8]) -> Outcome {
+        check_transfer(g, range)?;
+        check_writable(g)?;
+        if range.blocks == 0 {
+            return Ok(Vec::new());
+        }
+        let len = u64::from(range.blocks) * u64::from(g.block_size);
+        let data = need(data_out, len as u32)?;
+        self.backend
+            .write(range.lba, data)
+            .await
+            .map_err(backend_sense)?;
+        Ok(Vec::new())
+    }
+
+    async fn verify(&self, g: &Geometry, range: Range, bytchk: u8, data_out: &[u8]) -> Outcome {
+        check_transfer(g, range)?;
+        if bytchk == 0 || range.blocks == 0 {
+            return Ok(Vec::new());
+        }
+        let bs = g.block_size as usize;
+        let current = self
+            .backend
+            .read(range.lba, range.blocks)
+            .await
+            .map_err(backend_sense)?;
+        let expected_len = if bytchk == 1 { current.len() } else { bs };
+        let expected = need(data_out, expected_len as u32)?;
+        let mismatch = current
+            .chunks(expected.len())
+            .enumerate()
+            .find_map(|(i, chunk)| {
+                first_difference(chunk, expected).map(|o| i * expected.len() + o)
+            });
+        match mismatch {
+            Some(offset) => Err(Sense::miscompare(offset as u64)),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    async fn write_same(
+        &self,
+        g: &Geometry,
+        range: Range,
+        unmap: bool,
+        ndob: bool,
+        data_out: &[u8],
+    ) -> Outcome {
+        // WSNZ is set in the Block Limits page: zero blocks ("to the end") is refused.
+        if range.blocks == 0 || range.blocks > MAX_UNMAP_BLOCKS.min(g.max_transfer_blocks) {
+            return Err(Sense::invalid_field_in_cdb(7));
+        }
+        check_range(g, range)?;
+        check_writable(g)?;
+        let bs = g.block_size as usize;
+        let block = if ndob {
+            vec![0u8; bs]
+        } else {
+            need(data_out, bs as u32)?.to_vec()
+        };
+        let zeros = block.iter().all(|b| *b == 0);
+        if (unmap || ndob) && zeros && g.can_unmap {
+            return self
+                .backend
+                .unmap(range.lba, u64::from(range.blocks))
+                .await
+                .map(|()| Vec::new())
+                .map_err(backend_sense);
+        }
+        let chunk_blocks = (1u32 << 20) / g.block_size.max(1);
+        let mut lba = range.lba;
+        let end = range.lba + u64::from(range.blocks);
+        while lba < end {
+            let n = (end - lba).min(u64::from(chunk_blocks.max(1)));
+            let data = block.repeat(n as usize);
+            self.backend
+                .write(lba, &data)
+                .await
+                .map_err(backend_sense)?;
+            lba += n;
+        }
+        Ok(Vec::new())
+    }
+
+    async fn unmap(&self, g: &Geometry, params: &[u8]) -> Outcome {
+        if !g.can_unmap {
+            return Err(Sense::invalid_opcode());
+        }
+        check_writable(g)?;
+        let extents = parse_unmap(g, params)?;
+        for (lba, blocks) in extents {
+            self.backend
+                .unmap(lba, u64::from(blocks))
+                .await
+                .map_err(backend_sense)?;
+        }
+        Ok(Vec::new())
+    }
+
+    async fn get_lba_status(&self, g: &Geometry, lba: u64, alloc: u32) -> Outcome {
+        if lba >= g.block_count {
+            return Err(Sense::lba_out_of_range());
+        }
+        let (state, run) = self.backend.lba_status(lba).await.map_err(backend_sense)?;
+        let run = run.clamp(1, u64::from(u32::MAX));
+        let mut out = Vec::with_capacity(24);
+        push_be(&mut out, 20, 4);
+        push_be(&mut out, 0, 4);
+        push_be(&mut out, lba, 8);
+        push_be(&mut out, run, 4);
+        out.push(match state {
+            Provisioning::Mapped => 0,
+            Provisioning::Deallocated => 1,
+        });
+        out.extend_from_slice(&[0, 0, 0]);
+        Ok(clip(out, alloc))
+    }
+
+    async fn compare_and_write(&self, g: &Geometry, lba: u64, blocks: u8, data: &[u8]) -> Outcome {
+        if blocks > MAX_COMPARE_AND_WRITE_BLOCKS {
+            return Err(Sense::invalid_field_in_cdb(13));
+        }
+        let range = Range {
+            lba,
+            blocks: u32::from(blocks),
+        };
+        check_range(g, range)?;
+        if blocks == 0 {
+            return Ok(Vec::new());
+        }
+        check_writable(g)?;
+        let half = usize::from(blocks) * g.block_size as usize;
+        let both = need(data, 2 * half as u32)?;
+        let (expected, new) = both.split_at(half);
+        match self
+            .backend
+            .compare_and_write(lba, expected, new)
+            .await
+            .map_err(backend_sense)?
+        {
+            CompareOutcome::Written => Ok(Vec::new()),
+            CompareOutcome::Mismatch { offset } => Err(Sense::miscompare(offset)),
+        }
+    }
+}
+
+fn first_difference(a: &[u8], b: &[u8]) -> Option<usize> {
+    a.iter().zip(b).position(|(x, y)| x != y)
+}
+
+/// The first `len` bytes of the data-out buffer, or PARAMETER LIST LENGTH ERROR if the
+/// transport delivered fewer.
+fn need(data: &[u8], len: u32) -> Result<&[u8], Sense> {
+    data.get(..len as usize)
+        .ok_or(Sense::parameter_list_length())
+}
+
+fn check_range(g: &Geometry, range: Range) -> Result<(), Sense> {
+    match range.lba.checked_add(u64::from(range.blocks)) {
+        Some(end) if end <= g.block_count => Ok(()),
+        _ => Err(Sense::lba_out_of_range()),
+    }
+}
+
+fn check_transfer(g: &Geometry, range: Range) -> Result<(), Sense> {
+    check_range(g, range)?;
+    if range.blocks > g.max_transfer_blocks {
+        return Err(Sense::invalid_field_in_cdb(7));
+    }
+    Ok(())
+}
+
+fn check_writable(g: &Geometry) -> Result<(), Sense> {
+    if g.read_only {
+        return Err(Sense::write_protected());
+    }
+    Ok(())
+}
+
+fn request_sense(descriptor: bool, alloc: u32) -> Vec<u8> {
+    // Sense is returned with each failed command (autosense), so nothing is ever pending.
+    let sense = Sense::new(SenseKey::NoSense, Asc::NO_ADDITIONAL_SENSE);
+    let data = if descriptor {
+        sense.to_descriptor()
+    } else {
+        sense.to_fixed().to_vec()
+    };
+    clip(data, alloc)
+}
+
+fn read_capacity_10(g: &Geometry, pmi: bool, lba: u32) -> Outcome {
+    if !pmi && lba != 0 {
+        return Err(Sense::invalid_field_in_cdb(2));
+    }
+    let last = g.block_count.saturating_sub(1).min(u64::from(u32::MAX));
+    let mut out = Vec::with_capacity(8);
+    push_be(&mut out, last, 4);
+    push_be(&mut out, u64::from(g.block_size), 4);
+    Ok(out)
+}
+
+fn read_capacity_16(g: &Geometry) -> Vec<u8> {
+    let mut out = Vec::with_capacity(32);
+    push_be(&mut out, g.block_count.saturating_sub(1), 8);
+    push_be(&mut out, u64::from(g.block_size), 4);
+    out.push(0); // no protection
+    out.push(0); // one logical block per physical block
+                 // LBPME and LBPRZ: unmapped blocks read as zeros.
+    out.push(if g.can_unmap { 0xc0 } else { 0 });
+    out.push(0);
+    out.resize(32, 0);
+    out
+}
+
+fn report_luns(select: u8, alloc: u32) -> Outcome {
+    let luns: u64 = match select {
+        0x00 | 0x02 => 1,
+        0x01 | 0x10 | 0x11 => 0,
+        0x12 => 1,
+        _ => return Err(Sense::invalid_field_in_cdb(2)),
+    };
+    let mut out = Vec::with_capacity(16);
+    push_be(&mut out, luns * 8, 4);
+    push_be(&mut out, 0, 4);
+    out.resize(8 + luns as usize * 8, 0);
+    Ok(clip(out, alloc))
+}
+
+/// Parses an UNMAP parameter list into `(lba, blocks)` extents, checking every one.
+fn parse_unmap(g: &Geometry, params: &[u8]) -> Result<Vec<(u64, u32)>, Sense> {
+    if params.is_empty() {
+        return Ok(Vec::new());
+    }
+    if params.len() < 8 {
+        return Err(Sense::parameter_list_length());
+    }
+    let data_len = usize::from(be16(&params[0..2]));
+    let desc_len = usize::from(be16(&params[2..4]));
+    if data_len + 2 > params.len() || desc_len + 8 > params.len() || desc_len % 16 != 0 {
+        return Err(Sense::parameter_list_length());
+    }
+    if desc_len / 16 > MAX_UNMAP_DESCRIPTORS as usize {
+        return Err(Sense::invalid_field_in_parameters(2));
+    }
+    let mut extents = Vec::with_capacity(desc_len / 16);
+    for (i, d) in params[8..8 + desc_len].chunks_exact(16).enumerate() {
+        let lba = be64(&d[0..8]);
+        let blocks = be32(&d[8..12]);
+        if blocks > MAX_UNMAP_BLOCKS {
+            return Err(Sense::invalid_field_in_parameters((8 + i * 16 + 8) as u16));
+        }
+        check_range(g, Range { lba, blocks })?;
+        extents.push((lba, blocks));
+    }
+    Ok(extents)
+}
+
+#[cfg(test)]
+mod tests;
