@@ -252,6 +252,7 @@ impl Log {
             t_wait_ns: cfg.t_wait_ns,
             t_switch: cfg.t_switch,
             dispatch_on_idle: cfg.dispatch_on_idle,
+            queue_when_busy: false,
             align_bytes: u64::from(sb.align_bytes),
             segment_bytes: sb.segment_bytes,
             segment_count: sb.segment_count,

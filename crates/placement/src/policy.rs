@@ -21,6 +21,11 @@ pub struct PolicyConfig {
     /// Also dispatch the gathering batch as soon as its device falls idle, without waiting
     /// for `T_wait` (a work-conserving variant; the paper waits).
     pub dispatch_on_idle: bool,
+    /// When `T_wait` expires and every device is busy, seal the batch and queue it behind the
+    /// active device's current write, as mariner-paper.md §4 does (the source of Table 1's
+    /// left arm: many tiny batches queueing at `T_wait = 0`). `false`, the product's choice,
+    /// keeps the batch gathering until a device frees (docs/ARCHITECTURE.md "Decisions").
+    pub queue_when_busy: bool,
     /// Every batch starts on a multiple of this many bytes (the device sector or O_DIRECT unit).
     pub align_bytes: u64,
     /// Size of a segment (the paper's track).
@@ -397,6 +402,11 @@ impl<M: DeviceModel> Policy<M> {
     /// Closes the gathering batch: reserves its space and starts or queues it.
     fn seal(&mut self, now: Nanos, out: &mut Vec<Action>) {
         let Some(g) = self.gather.take() else { return };
+        if self.cfg.queue_when_busy && self.devices[g.dev].busy {
+            // The paper's eq. (2) check runs per dispatch; with batches queueing behind busy
+            // disks the after-completion check would almost never see an empty queue.
+            self.maybe_switch_track(g.dev, now, out);
+        }
         let padded = self.cfg.align(g.bytes);
         let d = &mut self.devices[g.dev];
         let offset = self.cfg.data_offset + d.segment * self.cfg.segment_bytes + d.used;
@@ -433,7 +443,8 @@ impl<M: DeviceModel> Policy<M> {
 
     /// Sends the gathering batch to the active device if it is idle, else to another idle
     /// device. When every device is busy the batch keeps gathering and leaves as soon as one
-    /// frees: a sealed batch queued behind a busy device would gain nothing.
+    /// frees: a sealed batch queued behind a busy device would gain nothing — unless
+    /// `queue_when_busy` asks for the paper's behaviour, which queues it on the active device.
     fn dispatch_gather(&mut self, now: Nanos, out: &mut Vec<Action>) {
         let Some(g) = &self.gather else { return };
         let (target, bytes) = (g.dev, g.bytes);
@@ -447,6 +458,7 @@ impl<M: DeviceModel> Policy<M> {
                 }
                 self.seal(now, out);
             }
+            None if self.cfg.queue_when_busy => self.seal(now, out),
             None => {
                 if let Some(g) = &mut self.gather {
                     g.waiting_for_device = true;

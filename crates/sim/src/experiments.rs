@@ -34,6 +34,22 @@ pub const EXPERIMENTS: &[(&str, &str)] = &[
         "mariner-fig6b",
         "mariner-paper Fig. 6(b): log disks 1-5, throughput and latency",
     ),
+    (
+        "ew-fig4",
+        "ew-array-paper Fig. 4: eager-writing schedulers vs queue length",
+    ),
+    (
+        "ew-fig5",
+        "ew-array-paper Fig. 5: eager-writing schedulers vs read fraction",
+    ),
+    (
+        "ew-fig11",
+        "ew-array-paper Fig. 11: sustainable TPC-C-like speedup, 36 disks",
+    ),
+    (
+        "ew-map",
+        "ew-array-paper 5.2: map logging, incremental checkpoints, recovery time",
+    ),
 ];
 
 /// Runs experiment `name` with `seed`.
@@ -45,6 +61,10 @@ pub fn run(name: &str, seed: u64) -> Option<Report> {
         "trail-seek-sensitivity" => trail_seek_sensitivity(seed, 10_000),
         "mariner-table1" => mariner::table1(seed, 20_000),
         "mariner-fig6b" => mariner::fig6b(seed, 20_000),
+        "ew-fig4" => crate::ewexp::fig4(seed, 20_000),
+        "ew-fig5" => crate::ewexp::fig5(seed, 20_000),
+        "ew-fig11" => crate::ewexp::fig11(seed, 20_000),
+        "ew-map" => crate::ewexp::map_recovery(),
         _ => return None,
     })
 }

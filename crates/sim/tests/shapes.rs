@@ -62,13 +62,39 @@ fn trail_write_latency_gain_is_huge_under_load_and_large_when_light() {
 fn longer_t_wait_batches_more() {
     // mariner-paper.md Table 1: batch size grows with T_wait, and past the minimum the
     // latency grows with it.
-    let r = mariner::table1_results(1, 10_000);
+    let r = mariner::table1_results(1, 10_000, false);
     let (first, last) = (r.first().unwrap(), r.last().unwrap());
     assert!(last.batch_kb() > 2.0 * first.batch_kb());
     assert!(r[7].latency_ms.mean() > r[3].latency_ms.mean());
     assert!(r
         .windows(2)
         .all(|w| w[1].batch_kb() >= 0.9 * w[0].batch_kb()));
+}
+
+#[test]
+fn paper_dispatch_gives_table1_its_u_shape() {
+    // mariner-paper.md Table 1: latency falls from T_wait = 0 to a minimum near 0.36 ms and
+    // rises again. The left arm needs the paper's dispatch (expired batches queue behind busy
+    // disks); the product's policy (keep gathering) has no left arm.
+    let paper = mariner::table1_results(1, 10_000, true);
+    let lat: Vec<f64> = paper.iter().map(|r| r.latency_ms.mean()).collect();
+    let min_at = (0..lat.len())
+        .min_by(|&a, &b| lat[a].total_cmp(&lat[b]))
+        .unwrap();
+    let t_min = mariner::TABLE1[min_at].0;
+    assert!(
+        (0.24..=0.48).contains(&t_min),
+        "minimum at {t_min} ms: {lat:?}"
+    );
+    assert!(lat[0] > 1.5 * lat[min_at], "left arm: {lat:?}");
+    assert!(lat[7] > 1.2 * lat[min_at], "right arm: {lat:?}");
+    let product = mariner::table1_results(1, 10_000, false);
+    let p: Vec<f64> = product.iter().map(|r| r.latency_ms.mean()).collect();
+    assert!(p[0] < lat[0] / 1.5, "product mode has no left arm: {p:?}");
+    assert!(
+        p.windows(2).all(|w| w[1] >= 0.9 * w[0]),
+        "product mode rises: {p:?}"
+    );
 }
 
 #[test]

@@ -9,6 +9,7 @@ fn cfg(t_wait_ns: u64) -> PolicyConfig {
         t_wait_ns,
         t_switch: f64::INFINITY,
         dispatch_on_idle: false,
+        queue_when_busy: false,
         align_bytes: 512,
         segment_bytes: 64 * 1024,
         segment_count: 8,
@@ -117,6 +118,23 @@ fn an_expired_batch_goes_to_whichever_device_frees_first() {
     assert_eq!(w.len(), 1);
     assert_eq!((w[0].dev, w[0].reqs.clone()), (freed, vec![(2, 4160)]));
     assert_ne!(a[0].dev, freed);
+}
+
+#[test]
+fn queue_when_busy_seals_an_expired_batch_behind_the_busy_device() {
+    let mut c = cfg(100 * US);
+    c.queue_when_busy = true;
+    let mut p = Policy::new(c, model(), &starts(1, 8));
+    let first = writes(&p.submit(0, 4160, 0).unwrap());
+    p.submit(1, 4160, 10 * US).unwrap();
+    // T_wait expires while the only device is busy: the batch is sealed and queued, not kept.
+    assert!(writes(&p.poll(110 * US)).is_empty());
+    assert_eq!(p.gathering(), 0);
+    // A later arrival starts a new batch instead of joining the queued one.
+    p.submit(2, 4160, 120 * US).unwrap();
+    assert_eq!(p.gathering(), 1);
+    let w = writes(&p.completed(first[0].dev, 900 * US).unwrap());
+    assert_eq!(w[0].reqs, vec![(1, 4160)]);
 }
 
 #[test]
@@ -281,11 +299,13 @@ proptest! {
         gaps in prop::collection::vec((0u64..2_000, 1u64..40), 1..200),
         devs in 1usize..4,
         t_wait in 0u64..1_000,
+        queue_when_busy in any::<bool>(),
     ) {
         let mut t = 0;
         let arrivals: Vec<(u64, u64)> =
             gaps.iter().map(|&(g, kib)| { t += g * US; (t, kib * 512 + 64) }).collect();
-        let c = cfg(t_wait * US);
+        let mut c = cfg(t_wait * US);
+        c.queue_when_busy = queue_when_busy;
         let log = simulate(c.clone(), devs, &arrivals);
         let mut seen: Vec<u64> = log.iter().flat_map(|w| w.reqs.iter().map(|r| r.0)).collect();
         seen.sort_unstable();
