@@ -1,0 +1,879 @@
+//! The engine: per-block update queues, durability, the sequential commit cycle, recovery.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, RwLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use mariner_disk::Disk;
+use mariner_log::{Durable, DurableSink, Entry, Log, LogConfig, RecordKind};
+
+use crate::format::{
+    check_block, seal_block, Checkpoint, Geometry, LoggedMod, Op, BLOCK_HEADER_LEN, CKPT_SLOTS,
+};
+use crate::runs::{plan_runs, Run};
+use crate::Error;
+
+/// The application's update function (the seed's commit function). It is handed the block's
+/// payload (the block minus BOSC's header) and one modification, and must be deterministic: the
+/// same payload and modification give the same result. BOSC applies each modification to the
+/// durable block at most once (see [`Bosc`] on idempotence), so it need not be idempotent itself.
+pub trait BlockApp: Send + Sync + 'static {
+    fn apply(&self, block: u64, payload: &mut [u8], modification: &[u8]);
+}
+
+/// Who makes a modification durable before `modify` returns.
+pub enum Durability {
+    /// BOSC logs every modification to its own mariner-log before acknowledging it.
+    OwnLog {
+        devices: Vec<Arc<dyn Disk>>,
+        log: LogConfig,
+        log_id: u128,
+        /// The `volume` field BOSC's records carry.
+        volume: u32,
+    },
+    /// The caller's own record is already durable; BOSC keeps only a checkpoint of the
+    /// caller's log position ([`Bosc::checkpoint`]) and the caller replays above it.
+    Caller,
+}
+
+/// Geometry and policy.
+#[derive(Debug, Clone)]
+pub struct BoscConfig {
+    pub block_bytes: u32,
+    pub block_count: u64,
+    /// Longest commit run, in blocks (32 in the seed).
+    pub max_run: u32,
+    /// A run's share of blocks with pending updates must exceed this (0.5 in the seed).
+    pub min_pending_ratio: f64,
+    /// Queued modifications plus cached block images; above it `modify` commits first.
+    pub memory_budget_bytes: usize,
+    /// Runs committed per cycle before the checkpoint is written.
+    pub runs_per_cycle: usize,
+    /// `Some(interval)`: a background thread runs the commit cycle. `None`: only
+    /// [`Bosc::commit_cycle`] and forced commits do (deterministic tests).
+    pub background: Option<Duration>,
+}
+
+impl Default for BoscConfig {
+    fn default() -> Self {
+        Self {
+            block_bytes: 4096,
+            block_count: 1024,
+            max_run: 32,
+            min_pending_ratio: 0.5,
+            memory_budget_bytes: 64 << 20,
+            runs_per_cycle: 64,
+            background: Some(Duration::from_millis(10)),
+        }
+    }
+}
+
+/// Counters, all monotonic.
+#[derive(Debug, Default)]
+pub struct BoscStats {
+    pub modifications: AtomicU64,
+    pub applied_in_memory: AtomicU64,
+    pub runs_committed: AtomicU64,
+    pub blocks_written: AtomicU64,
+    pub forced_commits: AtomicU64,
+    /// Time callers of `modify` spent in forced commits.
+    pub forced_wait_ns: AtomicU64,
+}
+
+/// What opening found.
+#[derive(Debug, Clone, Default)]
+pub struct OpenReport {
+    /// The durable checkpoint: every sequence number / caller position at or below it is
+    /// committed to the data disk.
+    pub checkpoint: u64,
+    /// Blocks restored from the double-write area.
+    pub blocks_repaired: u64,
+    /// Own-log records read back, and those requeued.
+    pub records_scanned: u64,
+    pub records_requeued: u64,
+    pub elapsed: Duration,
+}
+
+struct Pending {
+    seq: u64,
+    op: Op,
+    /// `None` once applied to the queue's cached image.
+    bytes: Option<Vec<u8>>,
+}
+
+#[derive(Default)]
+struct Queue {
+    /// The whole block with every pending modification applied; header not yet sealed.
+    image: Option<Vec<u8>>,
+    image_lsn: u64,
+    pending: Vec<Pending>,
+}
+
+#[derive(Default)]
+struct State {
+    queues: BTreeMap<u64, Queue>,
+    uncommitted: BTreeSet<u64>,
+    /// Lower bounds of the sequence numbers of appends not yet acknowledged by the log.
+    inflight: BTreeMap<u64, usize>,
+    max_seen: u64,
+    memory_bytes: usize,
+    cursor: u64,
+    ckpt_counter: u64,
+    durable_ckpt: u64,
+    failed: Option<String>,
+    shutdown: bool,
+}
+
+impl State {
+    /// Exclusive: every sequence number below it is committed.
+    fn global_frontier(&self) -> u64 {
+        let mut gf = self.max_seen + 1;
+        if let Some(&s) = self.uncommitted.first() {
+            gf = gf.min(s);
+        }
+        if let Some((&f, _)) = self.inflight.first_key_value() {
+            gf = gf.min(f);
+        }
+        gf
+    }
+
+    /// Inclusive: every modification of `block` at or below it is committed.
+    fn local_frontier(&self, block: u64) -> u64 {
+        let mut lf = self.max_seen;
+        if let Some(q) = self.queues.get(&block) {
+            if let Some(p) = q.pending.first() {
+                lf = lf.min(p.seq - 1);
+            }
+        }
+        if let Some((&f, _)) = self.inflight.first_key_value() {
+            lf = lf.min(f - 1);
+        }
+        lf
+    }
+}
+
+struct Inner<A> {
+    app: Arc<A>,
+    disk: Arc<dyn Disk>,
+    geo: Geometry,
+    cfg: BoscConfig,
+    log: Option<(Log, u32)>,
+    state: Mutex<State>,
+    wake: Condvar,
+    commit_lock: Mutex<()>,
+    /// Queries read the disk under `read`; commit drops committed entries under `write`, so a
+    /// query never pairs a stale disk image with a queue that already lost its entries.
+    gate: RwLock<()>,
+    stats: BoscStats,
+}
+
+/// A BOSC engine over one data disk.
+///
+/// Idempotence: every block carries the LSN of the last modification applied to it, and a
+/// block's modifications are always committed as a prefix in sequence order. Recovery may
+/// requeue a modification that was already committed (a record's local frontier is captured
+/// when it is logged, so later commits are not reflected); commit and query apply only
+/// modifications whose sequence number is above the block's LSN, so a committed one is never
+/// applied twice, whatever the application's function does.
+pub struct Bosc<A: BlockApp> {
+    inner: Arc<Inner<A>>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+struct NoSink;
+impl DurableSink for NoSink {
+    fn durable(&self, _records: &[Durable]) {}
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn apply_op<A: BlockApp>(app: &A, block: u64, image: &mut [u8], op: Op, bytes: &[u8]) {
+    let payload = &mut image[BLOCK_HEADER_LEN..];
+    match op {
+        Op::App => app.apply(block, payload, bytes),
+        Op::Write => {
+            let n = bytes.len().min(payload.len());
+            payload[..n].copy_from_slice(&bytes[..n]);
+            payload[n..].fill(0);
+        }
+    }
+}
+
+fn geometry(cfg: &BoscConfig) -> Result<Geometry, Error> {
+    if cfg.block_bytes < 512 || !cfg.block_bytes.is_power_of_two() || cfg.max_run == 0 {
+        return Err(Error::Config(
+            "block size a power of two >= 512, max_run >= 1".into(),
+        ));
+    }
+    Ok(Geometry {
+        block_bytes: cfg.block_bytes,
+        block_count: cfg.block_count,
+        max_run: cfg.max_run,
+    })
+}
+
+impl<A: BlockApp> Bosc<A> {
+    /// Prepares a data disk (growing it if needed): checkpoint 0, nothing committed. An own
+    /// log must be formatted separately with `Log::format`.
+    pub fn format(disk: &dyn Disk, cfg: &BoscConfig) -> Result<(), Error> {
+        let geo = geometry(cfg)?;
+        if disk.len()? < geo.disk_bytes() {
+            disk.set_len(geo.disk_bytes())?;
+        }
+        let ck = Checkpoint {
+            geometry: geo,
+            counter: 1,
+            checkpoint: 0,
+        };
+        disk.write_at(&[0u8; 4096], CKPT_SLOTS[1])?;
+        disk.write_at(&ck.encode(), CKPT_SLOTS[0])?;
+        disk.sync()?;
+        Ok(())
+    }
+
+    /// Opens a formatted disk and recovers (lu-dissertation §3.2.3): repairs a torn run from
+    /// the double-write area, then (own-log mode) rebuilds the queues from the log records
+    /// above the checkpoint and the youngest record's global frontier, filtered by each
+    /// block's local frontier. Nothing is flushed; the commit cycle writes the queues later.
+    pub fn open(
+        disk: Arc<dyn Disk>,
+        cfg: BoscConfig,
+        durability: Durability,
+        app: Arc<A>,
+    ) -> Result<(Self, OpenReport), Error> {
+        let started = Instant::now();
+        let geo = geometry(&cfg)?;
+        let ck = read_checkpoint(disk.as_ref())?;
+        if ck.geometry != geo {
+            return Err(Error::Config(format!(
+                "disk was formatted as {:?}, configured {geo:?}",
+                ck.geometry
+            )));
+        }
+        let mut report = OpenReport {
+            checkpoint: ck.checkpoint,
+            blocks_repaired: repair_from_double_write(disk.as_ref(), &geo)?,
+            ..OpenReport::default()
+        };
+        let mut state = State {
+            max_seen: ck.checkpoint,
+            ckpt_counter: ck.counter,
+            durable_ckpt: ck.checkpoint,
+            ..State::default()
+        };
+        let mut replay = Vec::new();
+        let log = match durability {
+            Durability::Caller => None,
+            Durability::OwnLog {
+                devices,
+                log,
+                log_id,
+                volume,
+            } => {
+                let (log, rec) =
+                    Log::open(devices, log, log_id, ck.checkpoint, 0, Arc::new(NoSink))?;
+                state.max_seen = rec.last_seq.max(ck.checkpoint);
+                let mut found = Vec::new();
+                for f in &rec.records {
+                    if f.header.kind != RecordKind::Write || f.header.volume != volume {
+                        continue;
+                    }
+                    let (_, payload) = log.read(f.addr, f.header.seq)?;
+                    let m = LoggedMod::decode(&payload).ok_or(Error::BadRecord(f.header.seq))?;
+                    found.push((f.header.seq, f.header.offset, m));
+                }
+                report.records_scanned = found.len() as u64;
+                replay = replay_window(found, ck.checkpoint);
+                Some((log, volume))
+            }
+        };
+        report.records_requeued = replay.len() as u64;
+        let inner = Arc::new(Inner {
+            app,
+            disk,
+            geo,
+            cfg,
+            log,
+            state: Mutex::new(state),
+            wake: Condvar::new(),
+            commit_lock: Mutex::new(()),
+            gate: RwLock::new(()),
+            stats: BoscStats::default(),
+        });
+        {
+            let mut st = lock(&inner.state);
+            for (seq, block, m) in replay {
+                inner.enqueue(&mut st, block, seq, m.op, m.bytes);
+            }
+        }
+        let thread = inner.cfg.background.map(|every| {
+            let inner = Arc::clone(&inner);
+            std::thread::spawn(move || inner.background(every))
+        });
+        report.elapsed = started.elapsed();
+        let bosc = Self {
+            inner,
+            thread: Mutex::new(thread),
+        };
+        Ok((bosc, report))
+    }
+
+    /// Own-log mode: logs the modification (synchronously, group-committed by the log), then
+    /// queues it, or applies it at once when the block is in memory. Returns its sequence
+    /// number.
+    pub fn modify(&self, block: u64, modification: &[u8]) -> Result<u64, Error> {
+        self.inner.logged(block, Op::App, modification)
+    }
+
+    /// Plain write of a whole payload (shorter data is zero-padded), through the same path.
+    pub fn write(&self, block: u64, payload: &[u8]) -> Result<u64, Error> {
+        self.inner.logged(block, Op::Write, payload)
+    }
+
+    /// Caller-durable mode: the caller's record at `position` is durable already. Positions
+    /// must increase strictly across calls; after a restart the caller replays every record
+    /// above [`Bosc::checkpoint`].
+    pub fn modify_at(&self, block: u64, modification: &[u8], position: u64) -> Result<(), Error> {
+        self.inner
+            .at_position(block, Op::App, modification, position)
+    }
+
+    /// Caller-durable plain write.
+    pub fn write_at(&self, block: u64, payload: &[u8], position: u64) -> Result<(), Error> {
+        self.inner.at_position(block, Op::Write, payload, position)
+    }
+
+    /// Runs `f` over the block as it stands with every acknowledged modification applied
+    /// (lu-dissertation §3.2.4): from memory if cached, else read and merged with its queue.
+    pub fn query<R>(&self, block: u64, f: impl FnOnce(&[u8]) -> R) -> Result<R, Error> {
+        self.inner.query(block, f)
+    }
+
+    /// Plain read of a payload.
+    pub fn read(&self, block: u64) -> Result<Vec<u8>, Error> {
+        self.query(block, <[u8]>::to_vec)
+    }
+
+    /// One commit cycle: up to `runs_per_cycle` runs from the sweep cursor, then the
+    /// checkpoint. Returns how many blocks were written.
+    pub fn commit_cycle(&self) -> Result<u64, Error> {
+        self.inner.commit_cycle()
+    }
+
+    /// Commits until nothing is pending.
+    pub fn commit_all(&self) -> Result<(), Error> {
+        while self.pending_blocks() > 0 {
+            self.inner.commit_cycle()?;
+        }
+        Ok(())
+    }
+
+    /// The durable checkpoint (caller-durable mode: the caller may release its log up to it).
+    pub fn checkpoint(&self) -> u64 {
+        lock(&self.inner.state).durable_ckpt
+    }
+
+    /// Blocks with pending modifications.
+    pub fn pending_blocks(&self) -> usize {
+        let st = lock(&self.inner.state);
+        st.queues.values().filter(|q| !q.pending.is_empty()).count()
+    }
+
+    /// Pending modifications.
+    pub fn pending_modifications(&self) -> usize {
+        lock(&self.inner.state).uncommitted.len()
+    }
+
+    /// Bytes of queued modifications and cached images.
+    pub fn memory_bytes(&self) -> usize {
+        lock(&self.inner.state).memory_bytes
+    }
+
+    pub fn stats(&self) -> &BoscStats {
+        &self.inner.stats
+    }
+
+    pub fn geometry(&self) -> Geometry {
+        self.inner.geo
+    }
+
+    pub fn block_count(&self) -> u64 {
+        self.inner.geo.block_count
+    }
+
+    /// Payload bytes per block.
+    pub fn payload_bytes(&self) -> usize {
+        self.inner.geo.payload_bytes()
+    }
+
+    pub fn app(&self) -> &A {
+        &self.inner.app
+    }
+
+    /// Stops the background thread and the log. Pending modifications stay queued (durable in
+    /// the log or the caller's log); call [`Bosc::commit_all`] first for a clean shutdown.
+    pub fn close(&self) {
+        lock(&self.inner.state).shutdown = true;
+        self.inner.wake.notify_all();
+        if let Some(h) = lock(&self.thread).take() {
+            let _ = h.join();
+        }
+        if let Some((log, _)) = &self.inner.log {
+            log.shutdown();
+        }
+    }
+}
+
+impl<A: BlockApp> Drop for Bosc<A> {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+/// Picks the replay window and applies the local-frontier filter of §3.2.3. `found` is in
+/// sequence order.
+fn replay_window(found: Vec<(u64, u64, LoggedMod)>, ckpt: u64) -> Vec<(u64, u64, LoggedMod)> {
+    let Some(youngest) = found.last() else {
+        return Vec::new();
+    };
+    let start = youngest.2.global_frontier.max(ckpt + 1);
+    let mut local: HashMap<u64, u64> = HashMap::new();
+    let mut keep = Vec::new();
+    for (seq, block, m) in found.into_iter().rev() {
+        if seq < start {
+            break;
+        }
+        let lf = *local.entry(block).or_insert(m.local_frontier);
+        if seq > lf {
+            keep.push((seq, block, m));
+        }
+    }
+    keep.reverse();
+    keep
+}
+
+fn read_checkpoint(disk: &dyn Disk) -> Result<Checkpoint, Error> {
+    let mut best: Option<Checkpoint> = None;
+    for slot in CKPT_SLOTS {
+        let mut buf = [0u8; crate::format::CKPT_LEN];
+        disk.read_at(&mut buf, slot)?;
+        if let Some(c) = Checkpoint::decode(&buf) {
+            if best.is_none_or(|b| c.counter > b.counter) {
+                best = Some(c);
+            }
+        }
+    }
+    best.ok_or(Error::NotFormatted)
+}
+
+/// The double-write area holds the last run, durable before any of it was written in place.
+/// A block whose in-place copy is torn or older than its copy there is restored.
+fn repair_from_double_write(disk: &dyn Disk, geo: &Geometry) -> Result<u64, Error> {
+    let bs = geo.block_bytes as usize;
+    let mut slot = vec![0u8; bs];
+    let mut here = vec![0u8; bs];
+    let mut repaired = 0;
+    for i in 0..u64::from(geo.max_run) {
+        disk.read_at(&mut slot, geo.dw_offset(i))?;
+        let Ok(h) = check_block(&slot, None) else {
+            continue;
+        };
+        if h.lsn == 0 || h.block >= geo.block_count {
+            continue;
+        }
+        disk.read_at(&mut here, geo.block_offset(h.block))?;
+        let stale = check_block(&here, Some(h.block)).is_ok_and(|c| c.lsn >= h.lsn);
+        if !stale {
+            disk.write_at(&slot, geo.block_offset(h.block))?;
+            repaired += 1;
+        }
+    }
+    if repaired > 0 {
+        disk.sync()?;
+    }
+    Ok(repaired)
+}
+
+/// One block of a run as the commit cycle carries it.
+struct Staged {
+    block: u64,
+    /// Highest sequence number applied; entries at or below it leave the queue.
+    upto: u64,
+}
+
+impl<A: BlockApp> Inner<A> {
+    fn check_block_no(&self, block: u64) -> Result<(), Error> {
+        if block >= self.geo.block_count {
+            return Err(Error::OutOfRange(block));
+        }
+        if let Some(why) = &lock(&self.state).failed {
+            return Err(Error::Failed(why.clone()));
+        }
+        Ok(())
+    }
+
+    fn logged(&self, block: u64, op: Op, bytes: &[u8]) -> Result<u64, Error> {
+        let Some((log, volume)) = &self.log else {
+            return Err(Error::WrongMode);
+        };
+        self.check_block_no(block)?;
+        self.make_room()?;
+        let (floor, payload) = {
+            let mut st = lock(&self.state);
+            let floor = st.max_seen + 1;
+            *st.inflight.entry(floor).or_insert(0) += 1;
+            let payload =
+                LoggedMod::encode(op, st.global_frontier(), st.local_frontier(block), bytes);
+            (floor, payload)
+        };
+        let done = log
+            .append(Entry::write(*volume, block, Bytes::from(payload)))
+            .map_err(Error::from)
+            .and_then(|rx| rx.blocking_recv().map_err(|_| Error::Failed("log".into())))
+            .and_then(|r| r.map_err(Error::from));
+        let mut st = lock(&self.state);
+        if let Some(n) = st.inflight.get_mut(&floor) {
+            *n -= 1;
+            if *n == 0 {
+                st.inflight.remove(&floor);
+            }
+        }
+        let appended = done?;
+        st.max_seen = st.max_seen.max(appended.seq);
+        self.enqueue(&mut st, block, appended.seq, op, bytes.to_vec());
+        Ok(appended.seq)
+    }
+
+    fn at_position(&self, block: u64, op: Op, bytes: &[u8], position: u64) -> Result<(), Error> {
+        if self.log.is_some() {
+            return Err(Error::WrongMode);
+        }
+        self.check_block_no(block)?;
+        self.make_room()?;
+        let mut st = lock(&self.state);
+        if position <= st.max_seen {
+            return Err(Error::PositionNotIncreasing {
+                position,
+                last: st.max_seen,
+            });
+        }
+        st.max_seen = position;
+        self.enqueue(&mut st, block, position, op, bytes.to_vec());
+        Ok(())
+    }
+
+    fn enqueue(&self, st: &mut State, block: u64, seq: u64, op: Op, bytes: Vec<u8>) {
+        self.stats.modifications.fetch_add(1, Ordering::Relaxed);
+        st.uncommitted.insert(seq);
+        let q = st.queues.entry(block).or_default();
+        let mut added = 16;
+        let stored = if let Some(img) = q.image.as_mut() {
+            apply_op(self.app.as_ref(), block, img, op, &bytes);
+            q.image_lsn = seq;
+            self.stats.applied_in_memory.fetch_add(1, Ordering::Relaxed);
+            None
+        } else {
+            added += bytes.len();
+            Some(bytes)
+        };
+        q.pending.push(Pending {
+            seq,
+            op,
+            bytes: stored,
+        });
+        st.memory_bytes += added;
+    }
+
+    /// Forced commit: when the budget is exhausted the caller first drops clean cached images
+    /// and then runs commit cycles itself until the queues fit again. The time spent is
+    /// counted in `forced_wait_ns`.
+    fn make_room(&self) -> Result<(), Error> {
+        let budget = self.cfg.memory_budget_bytes;
+        if lock(&self.state).memory_bytes <= budget {
+            return Ok(());
+        }
+        self.evict_clean(budget);
+        let started = Instant::now();
+        let mut forced = false;
+        while lock(&self.state).memory_bytes > budget {
+            forced = true;
+            if self.commit_cycle()? == 0 {
+                break;
+            }
+            self.evict_clean(budget);
+        }
+        if forced {
+            self.stats.forced_commits.fetch_add(1, Ordering::Relaxed);
+            let ns = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            self.stats.forced_wait_ns.fetch_add(ns, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    fn evict_clean(&self, budget: usize) {
+        let mut st = lock(&self.state);
+        let clean: Vec<u64> = st
+            .queues
+            .iter()
+            .filter(|(_, q)| q.pending.is_empty())
+            .map(|(&b, _)| b)
+            .collect();
+        for b in clean {
+            if st.memory_bytes <= budget {
+                break;
+            }
+            if let Some(q) = st.queues.remove(&b) {
+                st.memory_bytes -= q.image.map_or(0, |i| i.len());
+            }
+        }
+    }
+
+    fn read_block(&self, block: u64) -> Result<(Vec<u8>, u64), Error> {
+        let mut img = vec![0u8; self.geo.block_bytes as usize];
+        self.disk.read_at(&mut img, self.geo.block_offset(block))?;
+        let h = check_block(&img, Some(block)).map_err(|e| Error::Block { block, error: e })?;
+        Ok((img, h.lsn))
+    }
+
+    fn query<R>(&self, block: u64, f: impl FnOnce(&[u8]) -> R) -> Result<R, Error> {
+        self.check_block_no(block)?;
+        {
+            let st = lock(&self.state);
+            if let Some(img) = st.queues.get(&block).and_then(|q| q.image.as_ref()) {
+                return Ok(f(&img[BLOCK_HEADER_LEN..]));
+            }
+        }
+        let _gate = self.gate.read().unwrap_or_else(PoisonError::into_inner);
+        let (mut img, lsn) = self.read_block(block)?;
+        let mut st = lock(&self.state);
+        let budget = self.cfg.memory_budget_bytes;
+        let room = st.memory_bytes + img.len() <= budget;
+        let mut img_lsn = lsn;
+        let mut freed = 0;
+        let q = st.queues.entry(block).or_default();
+        if let Some(cached) = q.image.as_ref() {
+            return Ok(f(&cached[BLOCK_HEADER_LEN..]));
+        }
+        for p in q.pending.iter_mut().filter(|p| p.seq > lsn) {
+            if let Some(b) = p.bytes.as_ref() {
+                apply_op(self.app.as_ref(), block, &mut img, p.op, b);
+                img_lsn = p.seq;
+            }
+        }
+        let out = f(&img[BLOCK_HEADER_LEN..]);
+        if room {
+            // The queues double as a cache: later modifications apply to this image at once.
+            for p in &mut q.pending {
+                freed += p.bytes.take().map_or(0, |b| b.len());
+            }
+            q.image_lsn = img_lsn;
+            let len = img.len();
+            q.image = Some(img);
+            st.memory_bytes = st.memory_bytes + len - freed;
+        } else if q.pending.is_empty() {
+            st.queues.remove(&block);
+        }
+        Ok(out)
+    }
+
+    fn background(&self, every: Duration) {
+        loop {
+            {
+                let st = lock(&self.state);
+                if st.shutdown || st.failed.is_some() {
+                    return;
+                }
+                let (st, _) = self
+                    .wake
+                    .wait_timeout(st, every)
+                    .unwrap_or_else(PoisonError::into_inner);
+                if st.shutdown {
+                    return;
+                }
+            }
+            // An error is recorded in `failed` and reported to every later caller.
+            let _ = self.commit_cycle();
+        }
+    }
+
+    fn fail(&self, e: Error) -> Error {
+        let mut st = lock(&self.state);
+        if st.failed.is_none() {
+            st.failed = Some(e.to_string());
+        }
+        e
+    }
+
+    /// Plans the runs of one cycle from the sweep cursor (wrapping once).
+    fn plan(&self) -> Vec<Run> {
+        let mut st = lock(&self.state);
+        let pending = |from: u64, st: &State| -> Vec<u64> {
+            st.queues
+                .range(from..)
+                .filter(|(_, q)| !q.pending.is_empty())
+                .map(|(&b, _)| b)
+                .collect()
+        };
+        let mut blocks = pending(st.cursor, &st);
+        if blocks.is_empty() {
+            st.cursor = 0;
+            blocks = pending(0, &st);
+        }
+        let mut runs = plan_runs(
+            &blocks,
+            u64::from(self.geo.max_run),
+            self.cfg.min_pending_ratio,
+        );
+        runs.truncate(self.cfg.runs_per_cycle.max(1));
+        if let Some(last) = runs.last() {
+            st.cursor = last.start + last.len;
+        }
+        runs
+    }
+
+    fn commit_cycle(&self) -> Result<u64, Error> {
+        let _one = lock(&self.commit_lock);
+        if let Some(why) = &lock(&self.state).failed {
+            return Err(Error::Failed(why.clone()));
+        }
+        let runs = self.plan();
+        if runs.is_empty() {
+            return Ok(0);
+        }
+        let written = self.pipeline(&runs).map_err(|e| self.fail(e))?;
+        self.write_checkpoint().map_err(|e| self.fail(e))?;
+        Ok(written)
+    }
+
+    /// Reads run i+1 on a reader thread while run i is applied and written.
+    fn pipeline(&self, runs: &[Run]) -> Result<u64, Error> {
+        let bs = self.geo.block_bytes as usize;
+        std::thread::scope(|s| {
+            let (tx, rx) = std::sync::mpsc::sync_channel::<Result<(Run, Vec<u8>), Error>>(1);
+            s.spawn(move || {
+                for &run in runs {
+                    let mut buf = vec![0u8; bs * run.len as usize];
+                    let r = self
+                        .disk
+                        .read_at(&mut buf, self.geo.block_offset(run.start))
+                        .map(|()| (run, buf))
+                        .map_err(Error::from);
+                    let stop = r.is_err();
+                    if tx.send(r).is_err() || stop {
+                        return;
+                    }
+                }
+            });
+            let mut written = 0;
+            for got in rx {
+                let (run, mut buf) = got?;
+                written += self.commit_run(run, &mut buf)?;
+            }
+            Ok(written)
+        })
+    }
+
+    fn commit_run(&self, run: Run, buf: &mut [u8]) -> Result<u64, Error> {
+        let bs = self.geo.block_bytes as usize;
+        let mut staged = Vec::new();
+        {
+            let st = lock(&self.state);
+            for (i, img) in buf.chunks_mut(bs).enumerate() {
+                let block = run.start + i as u64;
+                let h =
+                    check_block(img, Some(block)).map_err(|e| Error::Block { block, error: e })?;
+                let Some(q) = st.queues.get(&block).filter(|q| !q.pending.is_empty()) else {
+                    continue;
+                };
+                let upto = q.pending.last().map_or(0, |p| p.seq);
+                let lsn = if let Some(cached) = q.image.as_ref() {
+                    img.copy_from_slice(cached);
+                    q.image_lsn.max(h.lsn)
+                } else {
+                    let mut lsn = h.lsn;
+                    for p in q.pending.iter().filter(|p| p.seq > h.lsn) {
+                        if let Some(b) = p.bytes.as_ref() {
+                            apply_op(self.app.as_ref(), block, img, p.op, b);
+                            lsn = p.seq;
+                        }
+                    }
+                    lsn
+                };
+                seal_block(img, lsn, block);
+                staged.push(Staged { block, upto });
+            }
+        }
+        // Double write: the run is durable in the scratch area before any block is
+        // overwritten in place, so a torn in-place write is repaired at open.
+        self.disk.write_at(buf, self.geo.dw_offset(0))?;
+        self.disk.sync()?;
+        self.disk.write_at(buf, self.geo.block_offset(run.start))?;
+        self.disk.sync()?;
+        self.retire(&staged);
+        self.stats.runs_committed.fetch_add(1, Ordering::Relaxed);
+        self.stats
+            .blocks_written
+            .fetch_add(run.len, Ordering::Relaxed);
+        Ok(run.len)
+    }
+
+    /// Drops committed entries from the queues.
+    fn retire(&self, staged: &[Staged]) {
+        let _gate = self.gate.write().unwrap_or_else(PoisonError::into_inner);
+        let mut st = lock(&self.state);
+        for s in staged {
+            let mut freed = 0;
+            let mut done = Vec::new();
+            if let Some(q) = st.queues.get_mut(&s.block) {
+                q.pending.retain(|p| {
+                    let keep = p.seq > s.upto;
+                    if !keep {
+                        freed += 16 + p.bytes.as_ref().map_or(0, Vec::len);
+                        done.push(p.seq);
+                    }
+                    keep
+                });
+                if q.pending.is_empty() && q.image.is_none() {
+                    st.queues.remove(&s.block);
+                }
+            }
+            st.memory_bytes -= freed;
+            for seq in done {
+                st.uncommitted.remove(&seq);
+            }
+        }
+    }
+
+    fn write_checkpoint(&self) -> Result<(), Error> {
+        let (ckpt, counter) = {
+            let st = lock(&self.state);
+            (st.global_frontier() - 1, st.ckpt_counter + 1)
+        };
+        if ckpt == lock(&self.state).durable_ckpt {
+            return Ok(());
+        }
+        let c = Checkpoint {
+            geometry: self.geo,
+            counter,
+            checkpoint: ckpt,
+        };
+        self.disk
+            .write_at(&c.encode(), CKPT_SLOTS[(counter % 2) as usize])?;
+        self.disk.sync()?;
+        {
+            let mut st = lock(&self.state);
+            st.ckpt_counter = counter;
+            st.durable_ckpt = ckpt;
+        }
+        if let Some((log, _)) = &self.log {
+            // Log space behind the global frontier is recycled.
+            log.release(ckpt);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,281 @@
+//! Byte layouts of the BOSC data disk and of BOSC's log payloads. Pure: no I/O. Little-endian.
+//!
+//! Data disk:
+//!
+//! ```text
+//! 0        4096      8192                     8192 + max_run*block    data_start
+//! | ckpt A | ckpt B  | double-write area (max_run blocks)          | block 0 | block 1 | ...
+//! ```
+//!
+//! Every block starts with a [`BLOCK_HEADER_LEN`]-byte header:
+//!
+//! | offset | size | field                                                      |
+//! |--------|------|------------------------------------------------------------|
+//! | 0      | 4    | CRC32C of the whole block with this field zeroed           |
+//! | 4      | 4    | magic `b"BOSC"`                                            |
+//! | 8      | 8    | LSN: sequence number of the last modification applied     |
+//! | 16     | 8    | block number (catches misdirected writes; names DW copies) |
+//!
+//! A block that is entirely zero has never been written: LSN 0, payload zeros.
+//!
+//! Checkpoint slot (ping-pong, the one with the higher counter and a valid CRC wins):
+//! magic `b"BOSCCKPT"`, version u16, pad u16, block_bytes u32, block_count u64, max_run u32,
+//! pad u32, counter u64, checkpoint u64 (every sequence number / caller position at or below it
+//! is committed), crc32c u32 over the preceding bytes.
+//!
+//! Own-log payload (inside a mariner-log `Write` record whose `offset` is the block number, so
+//! the log supplies sequence number, back pointer, timestamp and CRC32C):
+//! tag u8 (1 = application modification, 2 = whole-payload write), global frontier u64
+//! (exclusive: every sequence number below it is committed), local frontier u64 (inclusive:
+//! every modification of this block at or below it is committed), then the modification bytes.
+
+#![deny(clippy::cast_possible_truncation)]
+
+pub const BLOCK_HEADER_LEN: usize = 24;
+pub const BLOCK_MAGIC: [u8; 4] = *b"BOSC";
+pub const CKPT_MAGIC: [u8; 8] = *b"BOSCCKPT";
+pub const CKPT_VERSION: u16 = 1;
+pub const CKPT_SLOTS: [u64; 2] = [0, 4096];
+pub const CKPT_LEN: usize = 48;
+pub const DW_OFFSET: u64 = 8192;
+pub const RECORD_PREFIX_LEN: usize = 17;
+
+const _: () = assert!(CKPT_LEN <= 4096);
+
+/// Where things live on the data disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Geometry {
+    pub block_bytes: u32,
+    pub block_count: u64,
+    pub max_run: u32,
+}
+
+impl Geometry {
+    pub fn data_start(&self) -> u64 {
+        DW_OFFSET + u64::from(self.max_run) * u64::from(self.block_bytes)
+    }
+    pub fn block_offset(&self, block: u64) -> u64 {
+        self.data_start() + block * u64::from(self.block_bytes)
+    }
+    pub fn dw_offset(&self, slot: u64) -> u64 {
+        DW_OFFSET + slot * u64::from(self.block_bytes)
+    }
+    pub fn disk_bytes(&self) -> u64 {
+        self.block_offset(self.block_count)
+    }
+    pub fn payload_bytes(&self) -> usize {
+        self.block_bytes as usize - BLOCK_HEADER_LEN
+    }
+}
+
+/// A block header's meaningful fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockHeader {
+    pub lsn: u64,
+    pub block: u64,
+}
+
+/// Why a block image is unusable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum BlockError {
+    #[error("block checksum mismatch (torn or corrupt)")]
+    Checksum,
+    #[error("block header names block {found}, expected {expected}")]
+    Misdirected { found: u64, expected: u64 },
+}
+
+/// Stamps header and CRC onto a full block image.
+pub fn seal_block(image: &mut [u8], lsn: u64, block: u64) {
+    image[0..4].fill(0);
+    image[4..8].copy_from_slice(&BLOCK_MAGIC);
+    image[8..16].copy_from_slice(&lsn.to_le_bytes());
+    image[16..24].copy_from_slice(&block.to_le_bytes());
+    let crc = crc32c::crc32c(image);
+    image[0..4].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// Checks a full block image; a never-written (all-zero) block is valid with LSN 0.
+pub fn check_block(image: &[u8], expected: Option<u64>) -> Result<BlockHeader, BlockError> {
+    if image.iter().all(|&b| b == 0) {
+        return Ok(BlockHeader {
+            lsn: 0,
+            block: expected.unwrap_or(u64::MAX),
+        });
+    }
+    let stored = u32::from_le_bytes([image[0], image[1], image[2], image[3]]);
+    let crc = crc32c::crc32c_append(crc32c::crc32c(&[0u8; 4]), &image[4..]);
+    if stored != crc || image[4..8] != BLOCK_MAGIC {
+        return Err(BlockError::Checksum);
+    }
+    let header = BlockHeader {
+        lsn: u64_at(image, 8),
+        block: u64_at(image, 16),
+    };
+    match expected {
+        Some(e) if e != header.block => Err(BlockError::Misdirected {
+            found: header.block,
+            expected: e,
+        }),
+        _ => Ok(header),
+    }
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(a)
+}
+
+/// The durable checkpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Checkpoint {
+    pub geometry: Geometry,
+    pub counter: u64,
+    pub checkpoint: u64,
+}
+
+impl Checkpoint {
+    pub fn encode(&self) -> [u8; CKPT_LEN] {
+        let mut out = [0u8; CKPT_LEN];
+        out[0..8].copy_from_slice(&CKPT_MAGIC);
+        out[8..10].copy_from_slice(&CKPT_VERSION.to_le_bytes());
+        out[12..16].copy_from_slice(&self.geometry.block_bytes.to_le_bytes());
+        out[16..24].copy_from_slice(&self.geometry.block_count.to_le_bytes());
+        out[24..28].copy_from_slice(&self.geometry.max_run.to_le_bytes());
+        out[32..40].copy_from_slice(&self.counter.to_le_bytes());
+        out[40..48].copy_from_slice(&self.checkpoint.to_le_bytes());
+        // The CRC covers everything but itself; it sits in the 4 pad bytes at 28.
+        let crc = crc32c::crc32c(&out);
+        out[28..32].copy_from_slice(&crc.to_le_bytes());
+        out
+    }
+
+    pub fn decode(b: &[u8]) -> Option<Self> {
+        if b.len() < CKPT_LEN || b[0..8] != CKPT_MAGIC {
+            return None;
+        }
+        if u16::from_le_bytes([b[8], b[9]]) != CKPT_VERSION {
+            return None;
+        }
+        let mut copy = [0u8; CKPT_LEN];
+        copy.copy_from_slice(&b[..CKPT_LEN]);
+        copy[28..32].fill(0);
+        let stored = u32::from_le_bytes([b[28], b[29], b[30], b[31]]);
+        if crc32c::crc32c(&copy) != stored {
+            return None;
+        }
+        Some(Self {
+            geometry: Geometry {
+                block_bytes: u32::from_le_bytes([b[12], b[13], b[14], b[15]]),
+                block_count: u64_at(b, 16),
+                max_run: u32::from_le_bytes([b[24], b[25], b[26], b[27]]),
+            },
+            counter: u64_at(b, 32),
+            checkpoint: u64_at(b, 40),
+        })
+    }
+}
+
+/// What a logged BOSC modification says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoggedMod {
+    pub op: Op,
+    pub global_frontier: u64,
+    pub local_frontier: u64,
+    pub bytes: Vec<u8>,
+}
+
+/// The kind of a modification.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    /// Passed to the application's update function.
+    App,
+    /// Replaces the whole payload (plain write).
+    Write,
+}
+
+impl Op {
+    pub fn code(self) -> u8 {
+        match self {
+            Op::App => 1,
+            Op::Write => 2,
+        }
+    }
+    pub fn from_code(c: u8) -> Option<Self> {
+        match c {
+            1 => Some(Op::App),
+            2 => Some(Op::Write),
+            _ => None,
+        }
+    }
+}
+
+impl LoggedMod {
+    pub fn encode(op: Op, global_frontier: u64, local_frontier: u64, bytes: &[u8]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(RECORD_PREFIX_LEN + bytes.len());
+        out.push(op.code());
+        out.extend_from_slice(&global_frontier.to_le_bytes());
+        out.extend_from_slice(&local_frontier.to_le_bytes());
+        out.extend_from_slice(bytes);
+        out
+    }
+
+    pub fn decode(b: &[u8]) -> Option<Self> {
+        if b.len() < RECORD_PREFIX_LEN {
+            return None;
+        }
+        Some(Self {
+            op: Op::from_code(b[0])?,
+            global_frontier: u64_at(b, 1),
+            local_frontier: u64_at(b, 9),
+            bytes: b[RECORD_PREFIX_LEN..].to_vec(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn block_roundtrip_and_tear() {
+        let mut img = vec![7u8; 512];
+        seal_block(&mut img, 42, 3);
+        assert_eq!(
+            check_block(&img, Some(3)),
+            Ok(BlockHeader { lsn: 42, block: 3 })
+        );
+        assert!(matches!(
+            check_block(&img, Some(4)),
+            Err(BlockError::Misdirected { .. })
+        ));
+        img[300] ^= 1;
+        assert_eq!(check_block(&img, Some(3)), Err(BlockError::Checksum));
+        assert_eq!(check_block(&[0u8; 512], Some(9)).map(|h| h.lsn), Ok(0));
+    }
+
+    #[test]
+    fn checkpoint_roundtrip() {
+        let c = Checkpoint {
+            geometry: Geometry {
+                block_bytes: 4096,
+                block_count: 10,
+                max_run: 32,
+            },
+            counter: 5,
+            checkpoint: 99,
+        };
+        let mut b = c.encode();
+        assert_eq!(Checkpoint::decode(&b), Some(c));
+        b[41] ^= 1;
+        assert_eq!(Checkpoint::decode(&b), None);
+    }
+
+    #[test]
+    fn record_roundtrip() {
+        let b = LoggedMod::encode(Op::App, 4, 6, b"xyz");
+        let m = LoggedMod::decode(&b).unwrap();
+        assert_eq!((m.op, m.global_frontier, m.local_frontier), (Op::App, 4, 6));
+        assert_eq!(m.bytes, b"xyz");
+    }
+}

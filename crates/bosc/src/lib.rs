@@ -1,0 +1,63 @@
+//! BOSC, the update-aware block engine of lu-dissertation ch. 3, and index structures on it.
+//!
+//! - [`Bosc`]: `modify(block, modification)` hands a modification to the application's
+//!   update function ([`BlockApp`]) without reading the block; modifications wait in per-block
+//!   in-memory queues under a memory budget (applied at once when the block is in memory), and
+//!   a commit cycle sweeps the data disk in runs ([`runs`]), applying and writing them back.
+//!   `query(block, f)` sees every acknowledged modification. Plain `read`/`write` remain.
+//! - Durability ([`Durability`]): own-log mode logs each modification to a mariner-log before
+//!   acknowledging it (sequence number, back pointer and CRC32C from the log; global and local
+//!   frontiers in the payload, [`format`]); caller-durable mode keeps only a checkpoint of the
+//!   caller's log position.
+//! - Not yet here: the B+tree and hash table on BOSC (issue 4 steps 5-6).
+//!
+//! Recovery argument (data disk; the log has its own in mariner-log):
+//!
+//! | crash during                         | on disk after                       | open does                      |
+//! |--------------------------------------|-------------------------------------|--------------------------------|
+//! | double-write of a run                | DW torn, in-place blocks untouched  | DW copies fail CRC: ignored    |
+//! | in-place write of a run              | DW complete, in-place maybe torn    | restore blocks from DW         |
+//! | checkpoint write                     | one slot torn, the other valid      | older checkpoint: replays more |
+//! | anything, own-log mode               | records above the checkpoint        | requeue window; LSN skips dups |
+//!
+//! Media assumptions: writes may be lost, reordered or torn at sector granularity until
+//! `sync` returns; synced data stays.
+
+#![forbid(unsafe_code)]
+
+pub mod format;
+pub mod runs;
+
+mod engine;
+
+pub use engine::{BlockApp, Bosc, BoscConfig, BoscStats, Durability, OpenReport};
+
+/// What can go wrong.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("I/O: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("log: {0}")]
+    Log(#[from] mariner_log::LogError),
+    #[error("configuration: {0}")]
+    Config(String),
+    #[error("the data disk holds no BOSC checkpoint")]
+    NotFormatted,
+    #[error("block {0} is outside the data disk")]
+    OutOfRange(u64),
+    #[error("block {block}: {error}")]
+    Block {
+        block: u64,
+        error: format::BlockError,
+    },
+    #[error("log record {0} is not a BOSC modification")]
+    BadRecord(u64),
+    #[error("operation does not match the durability mode")]
+    WrongMode,
+    #[error("caller position {position} is not above the last one, {last}")]
+    PositionNotIncreasing { position: u64, last: u64 },
+    #[error("engine failed earlier: {0}")]
+    Failed(String),
+    #[error("index: {0}")]
+    Index(String),
+}
