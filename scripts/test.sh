@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh machine: installs what it needs (Debian packages, cargo
 # tools), checks formatting and lints, runs every test (unit, property, golden, end-to-end with
-# real clients, crash, memory, recovery), replays and briefly runs every fuzz target.
+# real clients, crash, memory, recovery), runs libiscsi's iSCSI conformance suite against the
+# binary (scripts/iscsi-conformance.sh, fails on a regression), replays and briefly runs every fuzz target.
 # Prints how long each stage took. Usage: scripts/test.sh [--quick]   (--quick: no fuzzing)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,10 +28,20 @@ need_pkgs=()
 for p in qemu-utils libnbd-bin fio nbdkit libiscsi-bin e2fsprogs curl; do
   dpkg -s "$p" >/dev/null 2>&1 || need_pkgs+=("$p")
 done
-if [ ${#need_pkgs[@]} -gt 0 ]; then
-  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+# qemu's iSCSI driver (qemu-block-extra) must match qemu-utils; on Debian 12 with the backported
+# qemu-utils it comes from bookworm-backports.
+qemu_ver=$(dpkg-query -W -f='${Version}' qemu-utils 2>/dev/null || true)
+extra_ver=$(dpkg-query -W -f='${Version}' qemu-block-extra 2>/dev/null || true)
+need_extra=0; [ "$qemu_ver" != "$extra_ver" ] && need_extra=1
+if [ ${#need_pkgs[@]} -gt 0 ] || [ $need_extra -eq 1 ]; then
+  if [[ "$qemu_ver" == *bpo12* ]] && ! grep -rqs bookworm-backports /etc/apt/sources.list /etc/apt/sources.list.d/; then
+    echo "deb http://deb.debian.org/debian bookworm-backports main" | $SUDO tee /etc/apt/sources.list.d/bookworm-backports.list >/dev/null
+  fi
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_pkgs[@]}"
+  [ ${#need_pkgs[@]} -gt 0 ] && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_pkgs[@]}"
+  qemu_ver=$(dpkg-query -W -f='${Version}' qemu-utils)
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "qemu-block-extra=$qemu_ver"
 fi
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
 
@@ -45,6 +56,9 @@ cargo test --workspace --release --no-run
 
 stage "tests"
 cargo test --workspace --release
+
+stage "iSCSI conformance (libiscsi)"
+MARINER_BIN=target/release/mariner scripts/iscsi-conformance.sh
 
 if [ $quick -eq 0 ]; then
   stage "fuzz (${FUZZ_SECONDS}s per target)"

@@ -25,6 +25,9 @@ use crate::pdu::{Decoder, Digests, Opcode, Pdu, PduError, RESERVED_TAG};
 use crate::targets::Targets;
 use crate::text;
 
+/// ASC/ASCQ 4B/00: DATA PHASE ERROR.
+const DATA_PHASE_ERROR: Asc = Asc(0x4b, 0x00);
+
 /// Settings of the server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ServerConfig {
@@ -410,8 +413,14 @@ impl Session {
         let end = offset as u64 + req.data.len() as u64;
         let data_sn = req.u32_at(36);
         if offset != task.received || end > u64::from(task.edtl) || data_sn != task.data_sn {
-            // ErrorRecoveryLevel 0: a sequence error ends the connection.
-            return (vec![self.reject(&req, 0x09)], true);
+            // ErrorRecoveryLevel 0 cannot recover a sequence error within the command: reject
+            // the PDU and end the command with ABORTED COMMAND / DATA PHASE ERROR, nothing
+            // written. The session stays up, so initiators see a failed command rather than a
+            // reset connection (on which a client still writing gets SIGPIPE).
+            let sense = Sense::new(SenseKey::AbortedCommand, DATA_PHASE_ERROR);
+            let reject = self.reject(&req, 0x09);
+            let resp = self.response(itt, Status::CheckCondition, Some(&sense), 0, 0);
+            return (vec![reject, resp], false);
         }
         task.data[offset as usize..end as usize].copy_from_slice(&req.data);
         task.received = end as u32;
@@ -453,10 +462,19 @@ impl Session {
         }
         let block_size = lun.geometry().block_size;
         let expected_out = data_out_len(&cdb, block_size).unwrap_or(0);
+        let parsed = mariner_scsi::Cdb::parse(&cdb);
+        if expected_out != u64::from(edtl)
+            && matches!(parsed, Ok(mariner_scsi::Cdb::CompareAndWrite { .. }))
+        {
+            // SBC-3 5.2: the data-out is exactly the verify and the write data; any other
+            // length means the NUMBER OF LOGICAL BLOCKS field is wrong. Nothing is written.
+            let sense = Sense::invalid_field_in_cdb(13);
+            return vec![self.response(itt, Status::CheckCondition, Some(&sense), 0, 0)];
+        }
         if expected_out > u64::from(edtl) {
             let resid = (expected_out - u64::from(edtl)) as u32;
             if matches!(
-                mariner_scsi::Cdb::parse(&cdb),
+                parsed,
                 Ok(mariner_scsi::Cdb::Write { .. } | mariner_scsi::Cdb::WriteAndVerify { .. })
             ) {
                 // Process the write without transferring data beyond EDTL (whole blocks).
@@ -537,12 +555,7 @@ impl Session {
         }
         let function = req.flags() & 0x7f;
         let response = match function {
-            1 => {
-                let referenced = req.u32_at(20);
-                // A task not found is complete already (RFC 7143 §11.6.1): "function complete".
-                self.pending.remove(&referenced);
-                0
-            }
+            1 => self.abort_task(req.u32_at(20), req.u32_at(32)),
             2 | 4 | 5 => {
                 if req.lun() != 0 && function != 6 {
                     2
@@ -564,6 +577,26 @@ impl Session {
         p.set_itt(req.itt());
         self.stamp(&mut p, true);
         vec![p]
+    }
+
+    /// ABORT TASK: 0 "function complete" when the task was waiting for data-out (it is
+    /// dropped without a response) or was never received (RFC 7143 §11.5.1: its CmdSN is then
+    /// considered received); 1 "task does not exist" when its command arrived and, commands
+    /// running one at a time, has already been answered. §11.5.1 would answer "function
+    /// complete" here too, but then an initiator cannot tell an aborted command from a
+    /// completed one; Linux targets answer "task does not exist" and libiscsi's AbortTask test
+    /// relies on it.
+    fn abort_task(&mut self, referenced_itt: u32, ref_cmd_sn: u32) -> u8 {
+        if self.pending.remove(&referenced_itt).is_some() {
+            return 0;
+        }
+        let behind = self.exp_cmd_sn.wrapping_sub(ref_cmd_sn);
+        let received = behind != 0 && behind <= CMD_WINDOW;
+        if received {
+            1
+        } else {
+            0
+        }
     }
 
     fn text(&mut self, req: &Pdu) -> Vec<Pdu> {

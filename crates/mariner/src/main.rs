@@ -17,10 +17,11 @@ use mariner_node::{Config, Node};
     name = "mariner",
     version,
     about = "Mariner: block storage with continuous data protection",
-    long_about = "Mariner serves virtual disks (volumes) over NBD. Every write is durable in a \
+    long_about = "Mariner serves virtual disks (volumes) over NBD and iSCSI. Every write is durable in a \
                   sequential log (the Trail log) before it is acknowledged.\n\n\
                   Start with `mariner serve`: it creates ./mariner-data with one 1 GiB volume \
-                  `vol0` and serves it on nbd://127.0.0.1:10809."
+                  `vol0` and serves it on nbd://127.0.0.1:10809 and \
+                  iscsi://127.0.0.1:3260/iqn.2026-11.dev.mariner:vol0/0."
 )]
 struct Cli {
     /// Log format on stderr.
@@ -62,6 +63,10 @@ struct ServeArgs {
     /// [default: 127.0.0.1:10809].
     #[arg(long)]
     listen: Vec<SocketAddr>,
+    /// iSCSI listen address, repeatable; port 0 picks a free port (see <data>/ports.json).
+    /// Each volume is target iqn.2026-11.dev.mariner:<volume>, LUN 0 [default: 127.0.0.1:3260].
+    #[arg(long = "iscsi-listen")]
+    iscsi_listen: Vec<SocketAddr>,
     /// Log device (file or block device), repeatable; order matters [default: <data>/log/log0].
     #[arg(long = "log-dev")]
     log_dev: Vec<PathBuf>,
@@ -203,6 +208,9 @@ fn serve_config(a: &ServeArgs) -> Result<Config, String> {
     }
     if !a.listen.is_empty() {
         cfg.nbd.listen = a.listen.clone();
+    }
+    if !a.iscsi_listen.is_empty() {
+        cfg.iscsi.listen = a.iscsi_listen.clone();
     }
     if !a.log_dev.is_empty() {
         cfg.log.devices = a.log_dev.clone();

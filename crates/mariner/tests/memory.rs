@@ -172,6 +172,7 @@ fn start_in_cgroup(cg: &Cgroup, data: &Path, extra: &[&str]) -> Server {
         .arg("--data")
         .arg(data)
         .args(["--listen", "127.0.0.1:0"])
+        .args(["--iscsi-listen", "127.0.0.1:0"])
         .args(extra)
         .env("RUST_LOG", "info")
         .stdout(Stdio::null())

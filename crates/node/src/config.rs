@@ -1,6 +1,7 @@
 //! The node's configuration: defaults that give a working node with no file at all, a TOML
 //! file for the rest, command-line flags on top.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
@@ -16,6 +17,7 @@ pub struct Config {
     /// The data directory (created if absent).
     pub data: PathBuf,
     pub nbd: NbdConfig,
+    pub iscsi: IscsiConfig,
     pub log: LogSection,
     pub store: StoreSection,
     pub volume: VolumeDefaults,
@@ -28,6 +30,32 @@ pub struct Config {
 pub struct NbdConfig {
     /// Addresses to serve NBD on (port 0 picks a free port; see `<data>/ports.json`).
     pub listen: Vec<SocketAddr>,
+}
+
+/// The iSCSI front end: one target per volume, `iqn.2026-11.dev.mariner:<volume>`, LUN 0.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct IscsiConfig {
+    /// Addresses to serve iSCSI on (port 0 picks a free port; see `<data>/ports.json`).
+    /// Empty: no iSCSI.
+    pub listen: Vec<SocketAddr>,
+    /// Access control per volume name (`[iscsi.targets.<volume>]`); volumes not listed admit
+    /// every initiator without authentication.
+    pub targets: BTreeMap<String, IscsiTargetConfig>,
+}
+
+/// CHAP and the initiator ACL of one target.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct IscsiTargetConfig {
+    /// With `chap_secret`: logins must authenticate with CHAP as this user.
+    pub chap_user: Option<String>,
+    pub chap_secret: Option<String>,
+    /// With `mutual_secret`: the target proves itself to the initiator under this name.
+    pub mutual_user: Option<String>,
+    pub mutual_secret: Option<String>,
+    /// Initiator names (IQNs) allowed to log in; empty admits every initiator.
+    pub initiators: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -89,6 +117,7 @@ impl Default for Config {
         Self {
             data: PathBuf::from("mariner-data"),
             nbd: NbdConfig::default(),
+            iscsi: IscsiConfig::default(),
             log: LogSection::default(),
             store: StoreSection::default(),
             volume: VolumeDefaults::default(),
@@ -102,6 +131,47 @@ impl Default for NbdConfig {
         Self {
             listen: vec![SocketAddr::from(([127, 0, 0, 1], 10809))],
         }
+    }
+}
+
+impl Default for IscsiConfig {
+    fn default() -> Self {
+        Self {
+            listen: vec![SocketAddr::from(([127, 0, 0, 1], 3260))],
+            targets: BTreeMap::new(),
+        }
+    }
+}
+
+impl IscsiTargetConfig {
+    fn validate(&self, volume: &str) -> Result<(), NodeError> {
+        let bad = |m: &str| Err(NodeError::Config(format!("iscsi.targets.{volume}: {m}")));
+        let empty = |v: &Option<String>| v.as_deref().is_some_and(str::is_empty);
+        if self.chap_user.is_some() != self.chap_secret.is_some() {
+            return bad("chap_user and chap_secret go together");
+        }
+        if self.mutual_user.is_some() != self.mutual_secret.is_some() {
+            return bad("mutual_user and mutual_secret go together");
+        }
+        if self.mutual_user.is_some() && self.chap_user.is_none() {
+            return bad("mutual CHAP needs chap_user and chap_secret too");
+        }
+        if [
+            &self.chap_user,
+            &self.chap_secret,
+            &self.mutual_user,
+            &self.mutual_secret,
+        ]
+        .into_iter()
+        .any(empty)
+        {
+            return bad("CHAP names and secrets must not be empty");
+        }
+        if self.chap_secret.is_some() && self.chap_secret == self.mutual_secret {
+            // RFC 7143 §12.1.3: the secrets of the two directions must differ.
+            return bad("mutual_secret must differ from chap_secret");
+        }
+        Ok(())
     }
 }
 
@@ -153,6 +223,9 @@ impl Config {
         if self.nbd.listen.is_empty() {
             return bad("nbd.listen: at least one address");
         }
+        for (volume, target) in &self.iscsi.targets {
+            target.validate(volume)?;
+        }
         let seg = self.log.segment_size.map_or(1 << 20, |s| s.as_u64());
         if !(64 * 1024..=256 << 20).contains(&seg) || !seg.is_multiple_of(4096) {
             return bad("log.segment_size: a multiple of 4 KiB between 64 KiB and 256 MiB");
@@ -194,6 +267,24 @@ mod tests {
         assert_eq!(default_segment_bytes(1 << 30), 16 << 20);
         assert_eq!(default_segment_bytes(1 << 40), 16 << 20);
         assert_eq!(default_segment_bytes(5 << 20), 1 << 20);
+    }
+
+    #[test]
+    fn iscsi_targets_parse_and_validate() {
+        let c: Config = toml::from_str(
+            "[iscsi]\nlisten = [\"127.0.0.1:0\"]\n[iscsi.targets.vol0]\nchap_user = \"u\"\n\
+             chap_secret = \"secretsecret\"\ninitiators = [\"iqn.x:a\"]\n",
+        )
+        .unwrap();
+        assert_eq!(c.iscsi.targets["vol0"].initiators, ["iqn.x:a"]);
+        c.validate().unwrap();
+        let half: Config = toml::from_str("[iscsi.targets.v]\nchap_user = \"u\"\n").unwrap();
+        assert!(half.validate().is_err());
+        let mutual_only: Config =
+            toml::from_str("[iscsi.targets.v]\nmutual_user = \"t\"\nmutual_secret = \"s\"\n")
+                .unwrap();
+        assert!(mutual_only.validate().is_err());
+        assert!(toml::from_str::<Config>("[iscsi.targets.v]\nchap = 1\n").is_err());
     }
 
     #[test]

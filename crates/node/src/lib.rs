@@ -1,6 +1,6 @@
 //! Wires Mariner's components into a node: the data directory, the log devices and the Trail
 //! log (mariner-log), the current-image store (mariner-store), the volumes, the NBD front end
-//! (mariner-nbd), the admin API with `/metrics`, and graceful shutdown.
+//! (mariner-nbd), the iSCSI front end (mariner-iscsi), the admin API with `/metrics`, and graceful shutdown.
 //!
 //! The embedded default (`mariner serve` with no configuration) runs every role in this one
 //! process: the gateway stamps each write with a sequence number and timestamp (the log does
@@ -9,6 +9,7 @@
 pub mod admin;
 pub mod config;
 pub mod datadir;
+pub mod iscsi;
 pub mod metrics;
 mod node;
 pub mod serve;

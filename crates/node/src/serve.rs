@@ -7,6 +7,7 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+use crate::iscsi::VolumeTargets;
 use crate::{admin, Node, NodeError};
 
 /// Serves `node` until a termination signal (or `stop` turns true).
@@ -26,16 +27,19 @@ pub async fn run(node: Arc<Node>, mut stop: watch::Receiver<bool>) -> Result<(),
         }
         nbd.push((l, bound));
     }
+    let iscsi = bind_iscsi(&node).await?;
     let (admin_listener, admin_path) =
         admin::bind(node.data_dir()).map_err(|e| NodeError::Io(format!("admin.sock: {e}")))?;
     let bound: Vec<SocketAddr> = nbd.iter().map(|(_, a)| *a).collect();
+    let iscsi_bound: Vec<SocketAddr> = iscsi.iter().map(|(_, a)| *a).collect();
     let ports = serde_json::json!({
         "nbd": bound.iter().map(|a| a.to_string()).collect::<Vec<_>>(),
+        "iscsi": iscsi_bound.iter().map(|a| a.to_string()).collect::<Vec<_>>(),
         "admin": admin_path,
         "pid": std::process::id(),
     });
     node.dir.write_ports(&ports)?;
-    tracing::info!(nbd = ?bound, admin = %admin_path.display(), "serving");
+    tracing::info!(nbd = ?bound, iscsi = ?iscsi_bound, admin = %admin_path.display(), "serving");
 
     let (quit_tx, quit_rx) = watch::channel(false);
     let mut tasks = tokio::task::JoinSet::new();
@@ -54,6 +58,20 @@ pub async fn run(node: Arc<Node>, mut stop: watch::Receiver<bool>) -> Result<(),
             };
             if let Err(e) = mariner_nbd::serve(l, exports, cfg, shutdown).await {
                 tracing::error!(error = %e, "NBD server stopped");
+            }
+        });
+    }
+    let targets: Arc<dyn mariner_iscsi::Targets> = Arc::new(VolumeTargets::new(node.clone()));
+    for (l, _) in iscsi {
+        let targets = targets.clone();
+        let mut q = quit_rx.clone();
+        tasks.spawn(async move {
+            let shutdown = async move {
+                let _ = q.wait_for(|v| *v).await;
+            };
+            let cfg = mariner_iscsi::ServerConfig::default();
+            if let Err(e) = mariner_iscsi::serve(l, targets, cfg, shutdown).await {
+                tracing::error!(error = %e, "iSCSI server stopped");
             }
         });
     }
@@ -81,6 +99,33 @@ pub async fn run(node: Arc<Node>, mut stop: watch::Receiver<bool>) -> Result<(),
     let _ = std::fs::remove_file(node.data_dir().join("ports.json"));
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Binds every `[iscsi] listen` address (none: no iSCSI).
+async fn bind_iscsi(node: &Node) -> Result<Vec<(TcpListener, SocketAddr)>, NodeError> {
+    let mut out = Vec::new();
+    for addr in &node.config().iscsi.listen {
+        let l = TcpListener::bind(addr)
+            .await
+            .map_err(|e| NodeError::Config(format!("cannot listen for iSCSI on {addr}: {e}")))?;
+        let bound = l.local_addr().map_err(|e| NodeError::Io(e.to_string()))?;
+        if !bound.ip().is_loopback() {
+            let protected = node
+                .config()
+                .iscsi
+                .targets
+                .values()
+                .filter(|t| t.chap_user.is_some());
+            tracing::warn!(
+                %bound,
+                volumes_with_chap = protected.count(),
+                "iSCSI is served beyond loopback without encryption: anyone who can reach this \
+                 address can read and write every volume that has no CHAP configured"
+            );
+        }
+        out.push((l, bound));
+    }
+    Ok(out)
 }
 
 async fn wait_for_signal(stop: &mut watch::Receiver<bool>) {

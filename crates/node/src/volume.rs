@@ -29,6 +29,11 @@ pub struct Volume {
     store: Arc<Store>,
     /// Set by delete: a client that opened the volume just before cannot write into nothing.
     deleted: AtomicBool,
+    /// Makes COMPARE AND WRITE atomic against every other writer, NBD included: ordinary
+    /// writes, trims and write-zeroes hold it shared until durable, a compare-and-write holds
+    /// it exclusively across its read, compare and write. Shared acquisition is one atomic
+    /// operation while no compare-and-write is waiting.
+    writers: tokio::sync::RwLock<()>,
     pub stats: VolumeStats,
 }
 
@@ -39,6 +44,7 @@ impl Volume {
             log,
             store,
             deleted: AtomicBool::new(false),
+            writers: tokio::sync::RwLock::new(()),
             stats: VolumeStats::default(),
         }
     }
@@ -124,6 +130,41 @@ impl Volume {
     }
 
     pub async fn write_bytes(&self, offset: u64, data: Bytes) -> Result<(), ExportError> {
+        let _shared = self.writers.read().await;
+        self.write_locked(offset, data).await
+    }
+
+    /// Deallocates a range (a trim record): it reads as zeros and costs no space once applied.
+    pub async fn trim_bytes(&self, offset: u64, len: u64) -> Result<(), ExportError> {
+        self.check(offset, len, true)?;
+        let _shared = self.writers.read().await;
+        self.stats.trims.fetch_add(1, Relaxed);
+        self.extent(RecordKind::Trim, offset, len).await
+    }
+
+    /// Atomically against every other writer of the volume: if the bytes at `offset` equal
+    /// `expected`, writes `data` (same length) durably. Returns the offset of the first
+    /// differing byte when they do not, having written nothing.
+    pub async fn compare_and_write(
+        &self,
+        offset: u64,
+        expected: &[u8],
+        data: Bytes,
+    ) -> Result<Option<u64>, ExportError> {
+        if expected.len() != data.len() {
+            return Err(ExportError::Invalid);
+        }
+        self.check(offset, data.len() as u64, true)?;
+        let _exclusive = self.writers.write().await;
+        let current = self.read_bytes(offset, data.len() as u64).await?;
+        if let Some(at) = current.iter().zip(expected).position(|(a, b)| a != b) {
+            return Ok(Some(at as u64));
+        }
+        self.write_locked(offset, data).await.map(|()| None)
+    }
+
+    /// Writes with `writers` already held by the caller.
+    async fn write_locked(&self, offset: u64, data: Bytes) -> Result<(), ExportError> {
         let m = self.check(offset, data.len() as u64, true)?;
         let max = self.log.max_payload() as usize;
         let mut at = 0usize;
@@ -141,6 +182,32 @@ impl Volume {
         self.stats.writes.fetch_add(1, Relaxed);
         self.stats.write_bytes.fetch_add(data.len() as u64, Relaxed);
         Ok(())
+    }
+}
+
+impl Volume {
+    /// The largest read or write the front ends advertise: one log record (so a write of this
+    /// size is atomic), whole blocks, at most 32 MiB.
+    pub fn max_io_bytes(&self) -> u64 {
+        let bs = self.meta().block_size;
+        u64::from((self.log.max_payload() / bs * bs).min(32 << 20))
+    }
+
+    /// Allocation of `[offset, offset + len)` clipped to the volume, as runs in order.
+    pub async fn allocation(
+        &self,
+        offset: u64,
+        len: u64,
+    ) -> Result<Vec<(u64, Allocation)>, ExportError> {
+        let m = self.meta();
+        let len = len.min(m.size_bytes.saturating_sub(offset));
+        if len == 0 {
+            return Err(ExportError::OutOfRange);
+        }
+        let store = Arc::clone(&self.store);
+        let r = tokio::task::spawn_blocking(move || store.allocation(m.id, offset, len)).await;
+        r.map_err(|e| ExportError::Io(e.to_string()))?
+            .map_err(store_error)
     }
 }
 
@@ -169,7 +236,7 @@ impl Export for Volume {
             size_bytes: m.size_bytes,
             block_size_min: m.block_size,
             block_size_preferred: 4096.max(m.block_size),
-            max_payload_bytes: (self.log.max_payload() / m.block_size * m.block_size).min(32 << 20),
+            max_payload_bytes: self.max_io_bytes() as u32,
             read_only: self.read_only_reason().is_some(),
             can_trim: true,
             can_write_zeroes: true,
@@ -199,9 +266,7 @@ impl Export for Volume {
     }
 
     async fn trim(&self, offset: u64, len: u32, _fua: bool) -> Result<(), ExportError> {
-        self.check(offset, u64::from(len), true)?;
-        self.stats.trims.fetch_add(1, Relaxed);
-        self.extent(RecordKind::Trim, offset, u64::from(len)).await
+        self.trim_bytes(offset, u64::from(len)).await
     }
 
     async fn write_zeroes(
@@ -212,6 +277,7 @@ impl Export for Volume {
         _may_trim: bool,
     ) -> Result<(), ExportError> {
         self.check(offset, u64::from(len), true)?;
+        let _shared = self.writers.read().await;
         self.extent(RecordKind::WriteZeroes, offset, u64::from(len))
             .await
     }
@@ -221,16 +287,7 @@ impl Export for Volume {
         offset: u64,
         len: u32,
     ) -> Result<Vec<(u32, NbdAllocation)>, ExportError> {
-        let m = self.meta();
-        let len = u64::from(len).min(m.size_bytes.saturating_sub(offset));
-        if len == 0 {
-            return Err(ExportError::OutOfRange);
-        }
-        let store = Arc::clone(&self.store);
-        let r = tokio::task::spawn_blocking(move || store.allocation(m.id, offset, len)).await;
-        let extents = r
-            .map_err(|e| ExportError::Io(e.to_string()))?
-            .map_err(store_error)?;
+        let extents = self.allocation(offset, u64::from(len)).await?;
         Ok(extents
             .into_iter()
             .map(|(l, a)| {

@@ -60,6 +60,8 @@ impl Server {
             .arg("--data")
             .arg(data)
             .args(["--listen", "127.0.0.1:0"])
+            // iSCSI defaults to port 3260; tests in parallel each take a free port.
+            .args(["--iscsi-listen", "127.0.0.1:0"])
             .args(extra)
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
@@ -191,6 +193,7 @@ impl Server {
         for l in listen {
             cmd.args(["--listen", l]);
         }
+        cmd.args(["--iscsi-listen", "127.0.0.1:0"]);
         let child = cmd
             .args(extra)
             .env("RUST_LOG", "info")
@@ -353,5 +356,19 @@ impl Server {
     pub fn metric(&self, name: &str) -> f64 {
         let m = self.metrics();
         metric_value(&m, name).unwrap_or_else(|| panic!("no metric {name} in:\n{m}"))
+    }
+}
+
+// ---- Added for iscsi.rs (additions only). ----
+
+impl Server {
+    /// The first iSCSI address ("host:port") from `ports.json`.
+    pub fn iscsi(&self) -> String {
+        let text = std::fs::read_to_string(self.data.join("ports.json")).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        v["iscsi"][0]
+            .as_str()
+            .unwrap_or_else(|| panic!("no iSCSI address in ports.json: {text}"))
+            .to_string()
     }
 }
