@@ -378,6 +378,12 @@ impl<A: BlockApp> Bosc<A> {
         lock(&self.inner.state).durable_ckpt
     }
 
+    /// Whether the block's image is in memory, so a query costs no I/O.
+    pub fn cached(&self, block: u64) -> bool {
+        let st = lock(&self.inner.state);
+        st.queues.get(&block).is_some_and(|q| q.image.is_some())
+    }
+
     /// Blocks with pending modifications.
     pub fn pending_blocks(&self) -> usize {
         let st = lock(&self.inner.state);
@@ -572,6 +578,22 @@ impl<A: BlockApp> Inner<A> {
         st.uncommitted.insert(seq);
         let q = st.queues.entry(block).or_default();
         let mut added = 16;
+        if q.image.is_none() && op == Op::Write {
+            // A whole-payload write needs nothing from the disk: the block is in memory from
+            // here on (the B+tree's new leaves; a split of such a leaf costs no I/O).
+            let mut img = vec![0u8; self.geo.block_bytes as usize];
+            apply_op(self.app.as_ref(), block, &mut img, op, &bytes);
+            added += img.len();
+            q.image = Some(img);
+            q.image_lsn = seq;
+            q.pending.push(Pending {
+                seq,
+                op,
+                bytes: None,
+            });
+            st.memory_bytes += added;
+            return;
+        }
         let stored = if let Some(img) = q.image.as_mut() {
             apply_op(self.app.as_ref(), block, img, op, &bytes);
             q.image_lsn = seq;

@@ -9,7 +9,8 @@
 //!   acknowledging it (sequence number, back pointer and CRC32C from the log; global and local
 //!   frontiers in the payload, [`format`]); caller-durable mode keeps only a checkpoint of the
 //!   caller's log position.
-//! - Not yet here: the B+tree and hash table on BOSC (issue 4 steps 5-6).
+//! - [`btree`]: the B+tree on BOSC (§3.3), keyed for the CDP version index; [`hash`]: the
+//!   hash table on BOSC (§3.4.4) and the same table over plain read/write.
 //!
 //! Recovery argument (data disk; the log has its own in mariner-log):
 //!
@@ -25,7 +26,9 @@
 
 #![forbid(unsafe_code)]
 
+pub mod btree;
 pub mod format;
+pub mod hash;
 pub mod runs;
 
 mod engine;

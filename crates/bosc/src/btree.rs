@@ -1,0 +1,560 @@
+//! A B+tree on BOSC (lu-dissertation §3.3), shaped for the CDP version index:
+//! (volume, LBA, timestamp) → log location.
+//!
+//! - Leaves are BOSC blocks; inserts, updates and deletes are BOSC modifications applied by
+//!   [`LeafApp`] (the first part of the seed's two-part commit function). Queries go through
+//!   [`Bosc::query`], so they see queued modifications (§3.2.4).
+//! - Internal nodes live in memory as a `BTreeMap` from each leaf's low fence key to the leaf.
+//!   They are **rebuilt at open by scanning the leaves**: every leaf carries its low fence, so the
+//!   leaves alone define the tree and a split needs no second durable structure to stay
+//!   consistent with. The cost is one sequential read of the index at open (and the exact
+//!   record counts come for free); persisting the fences in a directory of BOSC blocks would cut
+//!   that to ~0.15% of the index and is the next step for indexes far larger than memory.
+//! - The second part of the commit function runs when a modification is queued: the tree keeps
+//!   an upper bound of each leaf's record count (a blind insert may be an update) and splits
+//!   proactively once it passes `split_threshold`. When the leaf's image is in memory (always
+//!   so for leaves created by a split until the commit cycle evicts them, since BOSC keeps the
+//!   image of a whole-block write), the split costs no I/O. Otherwise it is deferred, as in the
+//!   seed, until the bound reaches the leaf's capacity, and then the split reads the leaf.
+//!
+//! Split, in log order: (1) whole-block write of the new leaf with fence F and the upper half —
+//! the commit point: from here the scan at open routes keys ≥ F to it; (2) `KeepBelow(F)` on the
+//! old leaf. A crash between (1) and (2) leaves stale copies ≥ F in the old leaf; they are never
+//! routed to, and open removes them. Leaves are never merged; deletes leave room in place.
+//!
+//! Leaf payload (little-endian): magic `b"BTLF"` u32, record count u32, low fence key (20 B),
+//! then sorted records of key (20 B: volume u32, lba u64, timestamp u64) + value u64.
+//!
+//! Durability: own-log mode. Caller-durable mode (the CDP index proper) additionally needs
+//! positions for the split's structural modifications, which have no caller record.
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use crate::{BlockApp, Bosc, Error};
+
+/// A version-index key. Ordered by volume, then LBA, then timestamp, so the versions of one
+/// block are adjacent and "newest at or before T" is a predecessor search.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Key {
+    pub volume: u32,
+    pub lba: u64,
+    pub timestamp: u64,
+}
+
+impl Key {
+    pub const ENCODED_LEN: usize = 20;
+    pub const MIN: Key = Key {
+        volume: 0,
+        lba: 0,
+        timestamp: 0,
+    };
+
+    pub fn new(volume: u32, lba: u64, timestamp: u64) -> Self {
+        Self {
+            volume,
+            lba,
+            timestamp,
+        }
+    }
+
+    pub fn encode(&self, out: &mut [u8]) {
+        out[0..4].copy_from_slice(&self.volume.to_le_bytes());
+        out[4..12].copy_from_slice(&self.lba.to_le_bytes());
+        out[12..20].copy_from_slice(&self.timestamp.to_le_bytes());
+    }
+
+    pub fn decode(b: &[u8]) -> Self {
+        Self {
+            volume: u32_at(b, 0),
+            lba: u64_at(b, 4),
+            timestamp: u64_at(b, 12),
+        }
+    }
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    let mut a = [0u8; 4];
+    a.copy_from_slice(&b[at..at + 4]);
+    u32::from_le_bytes(a)
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(a)
+}
+
+pub const LEAF_MAGIC: [u8; 4] = *b"BTLF";
+pub const LEAF_HEADER_LEN: usize = 8 + Key::ENCODED_LEN;
+pub const RECORD_LEN: usize = Key::ENCODED_LEN + 8;
+const _: () = assert!(LEAF_HEADER_LEN == 28 && RECORD_LEN == 28);
+
+const TAG_PUT: u8 = 1;
+const TAG_DELETE: u8 = 2;
+const TAG_KEEP_BELOW: u8 = 3;
+
+/// Records a leaf payload of `payload_bytes` holds.
+pub fn leaf_capacity(payload_bytes: usize) -> usize {
+    payload_bytes.saturating_sub(LEAF_HEADER_LEN) / RECORD_LEN
+}
+
+/// Read access to a leaf payload.
+struct LeafView<'a>(&'a [u8]);
+
+impl LeafView<'_> {
+    fn is_leaf(&self) -> bool {
+        self.0.len() >= LEAF_HEADER_LEN && self.0[0..4] == LEAF_MAGIC
+    }
+    fn count(&self) -> usize {
+        u32_at(self.0, 4) as usize
+    }
+    fn fence(&self) -> Key {
+        Key::decode(&self.0[8..28])
+    }
+    fn key(&self, i: usize) -> Key {
+        let at = LEAF_HEADER_LEN + i * RECORD_LEN;
+        Key::decode(&self.0[at..at + Key::ENCODED_LEN])
+    }
+    fn value(&self, i: usize) -> u64 {
+        u64_at(self.0, LEAF_HEADER_LEN + i * RECORD_LEN + Key::ENCODED_LEN)
+    }
+    /// `Ok(i)`: record i has the key; `Err(i)`: it would go at i.
+    fn search(&self, key: &Key) -> Result<usize, usize> {
+        let (mut lo, mut hi) = (0, self.count());
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            match self.key(mid).cmp(key) {
+                std::cmp::Ordering::Less => lo = mid + 1,
+                std::cmp::Ordering::Greater => hi = mid,
+                std::cmp::Ordering::Equal => return Ok(mid),
+            }
+        }
+        Err(lo)
+    }
+    /// Records with keys in `[from, to)`.
+    fn records(&self, from: Key, to: Option<Key>) -> Vec<(Key, u64)> {
+        let start = self.search(&from).unwrap_or_else(|i| i);
+        (start..self.count())
+            .map(|i| (self.key(i), self.value(i)))
+            .take_while(|(k, _)| to.is_none_or(|t| *k < t))
+            .collect()
+    }
+}
+
+/// Builds a leaf payload.
+pub fn leaf_payload(payload_bytes: usize, fence: Key, records: &[(Key, u64)]) -> Vec<u8> {
+    assert!(records.len() <= leaf_capacity(payload_bytes));
+    let mut p = vec![0u8; payload_bytes];
+    p[0..4].copy_from_slice(&LEAF_MAGIC);
+    p[4..8].copy_from_slice(&(records.len() as u32).to_le_bytes());
+    fence.encode(&mut p[8..28]);
+    for (i, (k, v)) in records.iter().enumerate() {
+        let at = LEAF_HEADER_LEN + i * RECORD_LEN;
+        k.encode(&mut p[at..at + Key::ENCODED_LEN]);
+        p[at + Key::ENCODED_LEN..at + RECORD_LEN].copy_from_slice(&v.to_le_bytes());
+    }
+    p
+}
+
+fn set_count(p: &mut [u8], n: usize) {
+    p[4..8].copy_from_slice(&(n as u32).to_le_bytes());
+}
+
+fn encode_mod(tag: u8, key: Key, value: u64) -> Vec<u8> {
+    let mut m = vec![0u8; 1 + RECORD_LEN];
+    m[0] = tag;
+    key.encode(&mut m[1..21]);
+    m[21..29].copy_from_slice(&value.to_le_bytes());
+    m
+}
+
+/// The leaf's commit function (part one): applies a put, delete or split truncation.
+pub struct LeafApp;
+
+impl BlockApp for LeafApp {
+    fn apply(&self, _block: u64, p: &mut [u8], m: &[u8]) {
+        if m.len() != 1 + RECORD_LEN || !LeafView(p).is_leaf() {
+            // The tree only modifies blocks it wrote as leaves first; anything else is a bug.
+            panic!("B+tree modification of a non-leaf or malformed modification");
+        }
+        let key = Key::decode(&m[1..21]);
+        let view = LeafView(p);
+        let (count, found) = (view.count(), view.search(&key));
+        let at = |i: usize| LEAF_HEADER_LEN + i * RECORD_LEN;
+        match (m[0], found) {
+            (TAG_PUT, Ok(i)) => p[at(i) + 20..at(i) + 28].copy_from_slice(&m[21..29]),
+            (TAG_PUT, Err(i)) => {
+                assert!(count < leaf_capacity(p.len()), "leaf overflow");
+                p.copy_within(at(i)..at(count), at(i + 1));
+                p[at(i)..at(i + 1)].copy_from_slice(&m[1..29]);
+                set_count(p, count + 1);
+            }
+            (TAG_DELETE, Ok(i)) => {
+                p.copy_within(at(i + 1)..at(count), at(i));
+                p[at(count - 1)..at(count)].fill(0);
+                set_count(p, count - 1);
+            }
+            (TAG_DELETE, Err(_)) => {}
+            (TAG_KEEP_BELOW, found) => {
+                let keep = found.unwrap_or_else(|i| i);
+                p[at(keep)..at(count)].fill(0);
+                set_count(p, keep);
+            }
+            _ => panic!("unknown B+tree modification tag {}", m[0]),
+        }
+    }
+}
+
+/// Counters.
+#[derive(Debug, Default)]
+pub struct TreeStats {
+    /// Proactive splits of a leaf whose image was in memory: no I/O.
+    pub splits_in_memory: AtomicU64,
+    /// Splits that had to read the leaf (deferred until the leaf was full).
+    pub splits_with_read: AtomicU64,
+    /// Leaves cleaned at open after a crash between the two halves of a split.
+    pub leaves_repaired: AtomicU64,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Leaf {
+    block: u64,
+    /// Upper bound of the leaf's record count.
+    records_max: usize,
+}
+
+struct Router {
+    /// Low fence → leaf: the in-memory internal nodes.
+    leaves: BTreeMap<Key, Leaf>,
+    /// Unused blocks, highest first (allocation pops the lowest).
+    free: Vec<u64>,
+}
+
+impl Router {
+    fn leaf_for(&self, key: Key) -> Result<(Key, Leaf), Error> {
+        // Open guarantees a leaf with fence Key::MIN.
+        let (f, l) = self
+            .leaves
+            .range(..=key)
+            .next_back()
+            .ok_or_else(|| Error::Index("no leaf has the lowest fence".into()))?;
+        Ok((*f, *l))
+    }
+    fn next_fence(&self, fence: Key) -> Option<Key> {
+        self.leaves
+            .range((Bound::Excluded(fence), Bound::Unbounded))
+            .next()
+            .map(|(k, _)| *k)
+    }
+}
+
+/// The B+tree. One lock serialises the tree's operations (the seed locks per leaf; the BOSC
+/// calls under it are short, since modifications are only logged and queued).
+pub struct BPlusTree {
+    bosc: Bosc<LeafApp>,
+    router: Mutex<Router>,
+    capacity: usize,
+    split_threshold: usize,
+    stats: TreeStats,
+}
+
+fn lock(m: &Mutex<Router>) -> MutexGuard<'_, Router> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+struct Scanned {
+    fence: Key,
+    block: u64,
+    count: usize,
+    max_key: Option<Key>,
+}
+
+impl BPlusTree {
+    /// Rebuilds the internal nodes from the leaves of an opened (recovered) engine, repairs
+    /// half-done splits, and creates the root leaf of an empty tree. `split_threshold` is in
+    /// records; `None` takes 3/4 of a leaf's capacity.
+    pub fn open(bosc: Bosc<LeafApp>, split_threshold: Option<usize>) -> Result<Self, Error> {
+        let capacity = leaf_capacity(bosc.payload_bytes());
+        if capacity < 4 {
+            return Err(Error::Config(
+                "B+tree leaves need room for 4 records".into(),
+            ));
+        }
+        let split_threshold = split_threshold
+            .unwrap_or(capacity * 3 / 4)
+            .clamp(2, capacity);
+        let mut scanned = Vec::new();
+        let mut free = Vec::new();
+        for block in (0..bosc.block_count()).rev() {
+            let s = bosc.query(block, |p| {
+                let v = LeafView(p);
+                v.is_leaf().then(|| Scanned {
+                    fence: v.fence(),
+                    block,
+                    count: v.count(),
+                    max_key: v.count().checked_sub(1).map(|i| v.key(i)),
+                })
+            })?;
+            match s {
+                Some(s) => scanned.push(s),
+                None => free.push(block),
+            }
+        }
+        let tree = Self {
+            bosc,
+            router: Mutex::new(Router {
+                leaves: BTreeMap::new(),
+                free,
+            }),
+            capacity,
+            split_threshold,
+            stats: TreeStats::default(),
+        };
+        tree.install(scanned)?;
+        Ok(tree)
+    }
+
+    fn install(&self, scanned: Vec<Scanned>) -> Result<(), Error> {
+        let mut r = lock(&self.router);
+        if scanned.is_empty() {
+            let root = r.free.pop().ok_or(Error::Index("no blocks".into()))?;
+            let payload = leaf_payload(self.bosc.payload_bytes(), Key::MIN, &[]);
+            self.bosc.write(root, &payload)?;
+            r.leaves.insert(
+                Key::MIN,
+                Leaf {
+                    block: root,
+                    records_max: 0,
+                },
+            );
+            return Ok(());
+        }
+        for s in &scanned {
+            let leaf = Leaf {
+                block: s.block,
+                records_max: s.count,
+            };
+            if r.leaves.insert(s.fence, leaf).is_some() {
+                return Err(Error::Index(format!("two leaves with fence {:?}", s.fence)));
+            }
+        }
+        if !r.leaves.contains_key(&Key::MIN) {
+            return Err(Error::Index("no leaf has the lowest fence".into()));
+        }
+        for s in &scanned {
+            let Some(hi) = r.next_fence(s.fence) else {
+                continue;
+            };
+            if s.max_key.is_some_and(|k| k >= hi) {
+                self.bosc
+                    .modify(s.block, &encode_mod(TAG_KEEP_BELOW, hi, 0))?;
+                let n = self.bosc.query(s.block, |p| LeafView(p).count())?;
+                if let Some(l) = r.leaves.get_mut(&s.fence) {
+                    l.records_max = n;
+                }
+                self.stats.leaves_repaired.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        Ok(())
+    }
+
+    /// Inserts or updates (blind: the leaf is not read).
+    pub fn insert(&self, key: Key, value: u64) -> Result<(), Error> {
+        let mut r = lock(&self.router);
+        let (fence, block) = self.prepare(&mut r, key)?;
+        self.bosc.modify(block, &encode_mod(TAG_PUT, key, value))?;
+        if let Some(l) = r.leaves.get_mut(&fence) {
+            l.records_max += 1;
+        }
+        Ok(())
+    }
+
+    /// Deletes (blind: a missing key is not an error).
+    pub fn delete(&self, key: Key) -> Result<(), Error> {
+        let r = lock(&self.router);
+        let (_, leaf) = r.leaf_for(key)?;
+        self.bosc
+            .modify(leaf.block, &encode_mod(TAG_DELETE, key, 0))?;
+        Ok(())
+    }
+
+    /// The second part of the commit function: split the target leaf first if it is due.
+    fn prepare(&self, r: &mut Router, key: Key) -> Result<(Key, u64), Error> {
+        loop {
+            let (fence, leaf) = r.leaf_for(key)?;
+            let full = leaf.records_max >= self.capacity;
+            let due = leaf.records_max >= self.split_threshold && self.bosc.cached(leaf.block);
+            if !(full || due) || !self.split(r, fence)? {
+                let (fence, leaf) = r.leaf_for(key)?;
+                return Ok((fence, leaf.block));
+            }
+        }
+    }
+
+    /// Splits the leaf at `fence` in two; `false` if its exact count showed no need.
+    fn split(&self, r: &mut Router, fence: Key) -> Result<bool, Error> {
+        let leaf = r.leaves[&fence];
+        let hi = r.next_fence(fence);
+        let cached = self.bosc.cached(leaf.block);
+        let recs = self
+            .bosc
+            .query(leaf.block, |p| LeafView(p).records(Key::MIN, hi))?;
+        if recs.len() < self.split_threshold {
+            if let Some(l) = r.leaves.get_mut(&fence) {
+                l.records_max = recs.len();
+            }
+            return Ok(false);
+        }
+        let mid = recs.len() / 2;
+        let split_key = recs[mid].0;
+        let new_block = r
+            .free
+            .pop()
+            .ok_or_else(|| Error::Index("B+tree is out of blocks".into()))?;
+        let payload = leaf_payload(self.bosc.payload_bytes(), split_key, &recs[mid..]);
+        if let Err(e) = self.bosc.write(new_block, &payload) {
+            r.free.push(new_block);
+            return Err(e);
+        }
+        r.leaves.insert(
+            split_key,
+            Leaf {
+                block: new_block,
+                records_max: recs.len() - mid,
+            },
+        );
+        if let Some(l) = r.leaves.get_mut(&fence) {
+            l.records_max = recs.len();
+        }
+        self.bosc
+            .modify(leaf.block, &encode_mod(TAG_KEEP_BELOW, split_key, 0))?;
+        if let Some(l) = r.leaves.get_mut(&fence) {
+            l.records_max = mid;
+        }
+        let counter = if cached {
+            &self.stats.splits_in_memory
+        } else {
+            &self.stats.splits_with_read
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        Ok(true)
+    }
+
+    /// Point query; sees queued modifications.
+    pub fn get(&self, key: Key) -> Result<Option<u64>, Error> {
+        let r = lock(&self.router);
+        let (_, leaf) = r.leaf_for(key)?;
+        self.bosc.query(leaf.block, |p| {
+            let v = LeafView(p);
+            v.search(&key).ok().map(|i| v.value(i))
+        })
+    }
+
+    /// Records with keys in `[from, to)`, in key order.
+    pub fn range(&self, from: Key, to: Key) -> Result<Vec<(Key, u64)>, Error> {
+        let r = lock(&self.router);
+        let (first, _) = r.leaf_for(from)?;
+        let mut out = Vec::new();
+        for (fence, leaf) in r.leaves.range(first..) {
+            if *fence >= to {
+                break;
+            }
+            let hi = r.next_fence(*fence).map_or(to, |h| h.min(to));
+            let lo = from.max(*fence);
+            out.extend(
+                self.bosc
+                    .query(leaf.block, |p| LeafView(p).records(lo, Some(hi)))?,
+            );
+        }
+        Ok(out)
+    }
+
+    /// CDP's query: the newest version of (volume, lba) with timestamp ≤ `at`, as
+    /// (timestamp, value).
+    pub fn newest_at_or_before(
+        &self,
+        volume: u32,
+        lba: u64,
+        at: u64,
+    ) -> Result<Option<(u64, u64)>, Error> {
+        let target = Key::new(volume, lba, at);
+        let floor = Key::new(volume, lba, 0);
+        let r = lock(&self.router);
+        let mut hi = r.next_fence(r.leaf_for(target)?.0);
+        for (fence, leaf) in r.leaves.range(..=target).rev() {
+            let found = self.bosc.query(leaf.block, |p| {
+                let v = LeafView(p);
+                let end = match v.search(&target) {
+                    Ok(i) => i + 1,
+                    Err(i) => i,
+                };
+                (0..end)
+                    .rev()
+                    .map(|i| (v.key(i), v.value(i)))
+                    .find(|(k, _)| hi.is_none_or(|h| *k < h))
+            })?;
+            if let Some((k, v)) = found {
+                return Ok((k >= floor).then_some((k.timestamp, v)));
+            }
+            if *fence <= floor {
+                return Ok(None);
+            }
+            hi = Some(*fence);
+        }
+        Ok(None)
+    }
+
+    pub fn bosc(&self) -> &Bosc<LeafApp> {
+        &self.bosc
+    }
+
+    pub fn stats(&self) -> &TreeStats {
+        &self.stats
+    }
+
+    pub fn leaf_count(&self) -> usize {
+        lock(&self.router).leaves.len()
+    }
+
+    /// Records per leaf.
+    pub fn leaf_capacity(&self) -> usize {
+        self.capacity
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn apply(p: &mut [u8], tag: u8, k: u64, v: u64) {
+        LeafApp.apply(0, p, &encode_mod(tag, Key::new(1, k, 0), v));
+    }
+
+    #[test]
+    fn leaf_put_delete_keep_below() {
+        let mut p = leaf_payload(488, Key::MIN, &[]);
+        for k in [5, 1, 9, 3, 7] {
+            apply(&mut p, TAG_PUT, k, k * 10);
+        }
+        apply(&mut p, TAG_PUT, 3, 33);
+        apply(&mut p, TAG_DELETE, 9, 0);
+        apply(&mut p, TAG_DELETE, 4, 0);
+        let got: Vec<_> = LeafView(&p)
+            .records(Key::MIN, None)
+            .into_iter()
+            .map(|(k, v)| (k.lba, v))
+            .collect();
+        assert_eq!(got, vec![(1, 10), (3, 33), (5, 50), (7, 70)]);
+        apply(&mut p, TAG_KEEP_BELOW, 5, 0);
+        assert_eq!(LeafView(&p).count(), 2);
+        assert_eq!(p, {
+            let mut q = leaf_payload(488, Key::MIN, &[]);
+            apply(&mut q, TAG_PUT, 1, 10);
+            apply(&mut q, TAG_PUT, 3, 33);
+            q
+        });
+    }
+}

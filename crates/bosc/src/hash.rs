@@ -1,0 +1,303 @@
+//! A hash table on BOSC (lu-dissertation §3.4.4) and the same table over plain read/write,
+//! the baseline of the benchmark. u64 key → u64 value (the seed's 16-byte records), one page
+//! per block, linear probing between pages.
+//!
+//! Page payload (little-endian): record count u32, pad u32, then unsorted records of key u64 +
+//! value u64. An all-zero page is empty.
+//!
+//! Two-part commit (§3.3): part one ([`HashApp`]) inserts or replaces the record in the page;
+//! part two runs when the put is queued: the table keeps an upper bound of each page's count
+//! (a blind put may be an update) and while the home page has room the put is a blind BOSC
+//! modification — no I/O. When the bound says full, the put reads pages along the probe
+//! sequence and goes to the first that holds the key or has room (the seed re-queues it there).
+//!
+//! Why a blind put is correct: without deletes, pages only fill up, so a key lives in the
+//! first page of its probe sequence that had room when it was first put; if the home page has
+//! room now, it had room then, and the key is there or nowhere. A get stops at the first page
+//! that holds the key or is not full. Deletes would break that invariant (they need
+//! tombstones) and are not offered.
+//!
+//! Both tables rebuild their counts at open by reading every page.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use mariner_disk::Disk;
+
+use crate::{BlockApp, Bosc, Error};
+
+pub const PAGE_HEADER_LEN: usize = 8;
+pub const RECORD_LEN: usize = 16;
+
+pub fn page_capacity(payload_bytes: usize) -> usize {
+    payload_bytes.saturating_sub(PAGE_HEADER_LEN) / RECORD_LEN
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(a)
+}
+
+pub fn page_count(p: &[u8]) -> usize {
+    let mut a = [0u8; 4];
+    a.copy_from_slice(&p[0..4]);
+    u32::from_le_bytes(a) as usize
+}
+
+fn page_slot(p: &[u8], key: u64) -> Option<usize> {
+    (0..page_count(p)).find(|&i| u64_at(p, PAGE_HEADER_LEN + i * RECORD_LEN) == key)
+}
+
+pub fn page_get(p: &[u8], key: u64) -> Option<u64> {
+    page_slot(p, key).map(|i| u64_at(p, PAGE_HEADER_LEN + i * RECORD_LEN + 8))
+}
+
+/// Inserts or replaces; `false` if the key is absent and the page is full.
+pub fn page_put(p: &mut [u8], key: u64, value: u64) -> bool {
+    let n = page_count(p);
+    let i = match page_slot(p, key) {
+        Some(i) => i,
+        None if n < page_capacity(p.len()) => {
+            p[0..4].copy_from_slice(&(n as u32 + 1).to_le_bytes());
+            n
+        }
+        None => return false,
+    };
+    let at = PAGE_HEADER_LEN + i * RECORD_LEN;
+    p[at..at + 8].copy_from_slice(&key.to_le_bytes());
+    p[at + 8..at + 16].copy_from_slice(&value.to_le_bytes());
+    true
+}
+
+/// splitmix64: spreads sequential keys over the pages.
+pub fn hash(key: u64) -> u64 {
+    let mut z = key.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+fn encode_put(key: u64, value: u64) -> [u8; 16] {
+    let mut m = [0u8; 16];
+    m[0..8].copy_from_slice(&key.to_le_bytes());
+    m[8..16].copy_from_slice(&value.to_le_bytes());
+    m
+}
+
+/// The page's commit function (part one).
+pub struct HashApp;
+
+impl BlockApp for HashApp {
+    fn apply(&self, _block: u64, payload: &mut [u8], m: &[u8]) {
+        let ok = m.len() == 16 && page_put(payload, u64_at(m, 0), u64_at(m, 8));
+        // Part two only queues a put where it fits; anything else is a bug, not data to drop.
+        assert!(ok, "hash page overflow or malformed modification");
+    }
+}
+
+/// Counters.
+#[derive(Debug, Default)]
+pub struct HashStats {
+    /// Puts queued without reading anything.
+    pub blind_puts: AtomicU64,
+    /// Puts that had to read pages along the probe sequence.
+    pub probed_puts: AtomicU64,
+}
+
+/// The hash table on BOSC (own-log mode).
+pub struct BoscHash {
+    bosc: Bosc<HashApp>,
+    /// Upper bound of each page's record count.
+    counts: Mutex<Vec<usize>>,
+    capacity: usize,
+    stats: HashStats,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl BoscHash {
+    /// Takes an opened (recovered) engine and reads every page's count.
+    pub fn open(bosc: Bosc<HashApp>) -> Result<Self, Error> {
+        let capacity = page_capacity(bosc.payload_bytes());
+        let mut counts = Vec::with_capacity(bosc.block_count() as usize);
+        for page in 0..bosc.block_count() {
+            counts.push(bosc.query(page, page_count)?);
+        }
+        Ok(Self {
+            bosc,
+            counts: Mutex::new(counts),
+            capacity,
+            stats: HashStats::default(),
+        })
+    }
+
+    fn home(&self, key: u64) -> u64 {
+        hash(key) % self.bosc.block_count()
+    }
+
+    pub fn put(&self, key: u64, value: u64) -> Result<(), Error> {
+        let mut counts = lock(&self.counts);
+        let home = self.home(key);
+        if counts[home as usize] < self.capacity {
+            self.bosc.modify(home, &encode_put(key, value))?;
+            counts[home as usize] += 1;
+            self.stats.blind_puts.fetch_add(1, Ordering::Relaxed);
+            return Ok(());
+        }
+        self.stats.probed_puts.fetch_add(1, Ordering::Relaxed);
+        let n = self.bosc.block_count();
+        for i in 0..n {
+            let page = (home + i) % n;
+            let (has, count) = self
+                .bosc
+                .query(page, |p| (page_slot(p, key).is_some(), page_count(p)))?;
+            counts[page as usize] = count;
+            if has || count < self.capacity {
+                self.bosc.modify(page, &encode_put(key, value))?;
+                counts[page as usize] += usize::from(!has);
+                return Ok(());
+            }
+        }
+        Err(Error::Index("hash table is full".into()))
+    }
+
+    pub fn get(&self, key: u64) -> Result<Option<u64>, Error> {
+        let _counts = lock(&self.counts);
+        let n = self.bosc.block_count();
+        let home = self.home(key);
+        for i in 0..n {
+            let (v, count) = self
+                .bosc
+                .query((home + i) % n, |p| (page_get(p, key), page_count(p)))?;
+            if v.is_some() || count < self.capacity {
+                return Ok(v);
+            }
+        }
+        Ok(None)
+    }
+
+    pub fn bosc(&self) -> &Bosc<HashApp> {
+        &self.bosc
+    }
+
+    pub fn stats(&self) -> &HashStats {
+        &self.stats
+    }
+}
+
+/// The same table over plain read/write: a write-through page cache of `cache_pages` pages
+/// (FIFO eviction) and a sync every `sync_every` puts. No checksums, no crash atomicity
+/// beyond the disk's sector writes: it is the benchmark's vanilla baseline, not a product.
+pub struct PlainHash {
+    disk: Arc<dyn Disk>,
+    page_bytes: usize,
+    pages: u64,
+    cache_pages: usize,
+    sync_every: u64,
+    state: Mutex<PlainState>,
+}
+
+#[derive(Default)]
+struct PlainState {
+    cache: BTreeMap<u64, Vec<u8>>,
+    order: VecDeque<u64>,
+    unsynced: u64,
+    reads: u64,
+    writes: u64,
+}
+
+impl PlainHash {
+    /// Uses `disk` as `pages` pages of `page_bytes` (zero = empty), growing it if needed.
+    pub fn open(
+        disk: Arc<dyn Disk>,
+        page_bytes: usize,
+        pages: u64,
+        cache_pages: usize,
+        sync_every: u64,
+    ) -> Result<Self, Error> {
+        if page_capacity(page_bytes) == 0 || pages == 0 {
+            return Err(Error::Config("hash pages too small or none".into()));
+        }
+        let bytes = pages * page_bytes as u64;
+        if disk.len()? < bytes {
+            disk.set_len(bytes)?;
+        }
+        Ok(Self {
+            disk,
+            page_bytes,
+            pages,
+            cache_pages: cache_pages.max(1),
+            sync_every: sync_every.max(1),
+            state: Mutex::new(PlainState::default()),
+        })
+    }
+
+    fn page<'a>(&self, st: &'a mut PlainState, page: u64) -> Result<&'a mut Vec<u8>, Error> {
+        if !st.cache.contains_key(&page) {
+            let mut buf = vec![0u8; self.page_bytes];
+            self.disk.read_at(&mut buf, page * self.page_bytes as u64)?;
+            st.reads += 1;
+            while st.cache.len() >= self.cache_pages {
+                let Some(old) = st.order.pop_front() else {
+                    break;
+                };
+                st.cache.remove(&old);
+            }
+            st.order.push_back(page);
+            st.cache.insert(page, buf);
+        }
+        st.cache
+            .get_mut(&page)
+            .ok_or_else(|| Error::Index("page cache lost a page".into()))
+    }
+
+    pub fn put(&self, key: u64, value: u64) -> Result<(), Error> {
+        let mut st = lock(&self.state);
+        let home = hash(key) % self.pages;
+        for i in 0..self.pages {
+            let page = (home + i) % self.pages;
+            let p = self.page(&mut st, page)?;
+            if page_put(p, key, value) {
+                self.disk.write_at(p, page * self.page_bytes as u64)?;
+                st.writes += 1;
+                st.unsynced += 1;
+                if st.unsynced >= self.sync_every {
+                    self.disk.sync()?;
+                    st.unsynced = 0;
+                }
+                return Ok(());
+            }
+        }
+        Err(Error::Index("hash table is full".into()))
+    }
+
+    pub fn get(&self, key: u64) -> Result<Option<u64>, Error> {
+        let mut st = lock(&self.state);
+        let home = hash(key) % self.pages;
+        for i in 0..self.pages {
+            let p = self.page(&mut st, (home + i) % self.pages)?;
+            let v = page_get(p, key);
+            if v.is_some() || page_count(p) < page_capacity(p.len()) {
+                return Ok(v);
+            }
+        }
+        Ok(None)
+    }
+
+    pub fn sync(&self) -> Result<(), Error> {
+        let mut st = lock(&self.state);
+        self.disk.sync()?;
+        st.unsynced = 0;
+        Ok(())
+    }
+
+    /// (page reads, page writes) so far.
+    pub fn io_counts(&self) -> (u64, u64) {
+        let st = lock(&self.state);
+        (st.reads, st.writes)
+    }
+}

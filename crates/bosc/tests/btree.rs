@@ -1,0 +1,266 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! Model-based crash test of the B+tree on BOSC: random inserts, updates, deletes, point,
+//! range and as-of queries, commit cycles and crashes (lost, reordered and torn unsynced writes
+//! on FaultyDisk, data and log alike) against a BTreeMap oracle. After every recovery every
+//! acknowledged operation is visible and nothing else.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use mariner_bosc::btree::{BPlusTree, Key, LeafApp};
+use mariner_bosc::{Bosc, BoscConfig, Durability};
+use mariner_disk::{CrashMode, Disk, Faults, FaultyDisk};
+use mariner_log::{Log, LogConfig};
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+const BLOCKS: u64 = 192;
+const LOG_ID: u128 = 0xB7EE;
+
+fn cfg(budget: usize) -> BoscConfig {
+    BoscConfig {
+        block_bytes: 512,
+        block_count: BLOCKS,
+        max_run: 32,
+        min_pending_ratio: 0.5,
+        memory_budget_bytes: budget,
+        runs_per_cycle: 3,
+        background: None,
+    }
+}
+
+fn log_cfg() -> LogConfig {
+    LogConfig {
+        segment_bytes: 64 * 1024,
+        t_wait_ns: 0,
+        ..LogConfig::default()
+    }
+}
+
+struct Disks {
+    data: Faults,
+    log: Faults,
+    data_disk: Arc<dyn Disk>,
+    log_disk: Arc<dyn Disk>,
+}
+
+impl Disks {
+    fn new(seed: u64, c: &BoscConfig) -> Self {
+        let data = FaultyDisk::new(0, seed);
+        let log = FaultyDisk::new(4 << 20, seed ^ 0x55);
+        let d = Self {
+            data: data.faults(),
+            log: log.faults(),
+            data_disk: Arc::new(data),
+            log_disk: Arc::new(log),
+        };
+        Bosc::<LeafApp>::format(d.data_disk.as_ref(), c).unwrap();
+        Log::format(&[Arc::clone(&d.log_disk)], &log_cfg(), LOG_ID).unwrap();
+        d
+    }
+
+    fn crash(self) -> Self {
+        let data = self.data.crash_with(CrashMode::Random);
+        let log = self.log.crash_with(CrashMode::Random);
+        Self {
+            data: data.faults(),
+            log: log.faults(),
+            data_disk: Arc::new(data),
+            log_disk: Arc::new(log),
+        }
+    }
+
+    fn open(&self, c: &BoscConfig) -> BPlusTree {
+        let durability = Durability::OwnLog {
+            devices: vec![Arc::clone(&self.log_disk)],
+            log: log_cfg(),
+            log_id: LOG_ID,
+            volume: 9,
+        };
+        let (bosc, _) = Bosc::open(
+            Arc::clone(&self.data_disk),
+            c.clone(),
+            durability,
+            Arc::new(LeafApp),
+        )
+        .expect("open");
+        BPlusTree::open(bosc, None).expect("tree")
+    }
+}
+
+fn key(rng: &mut Rng) -> Key {
+    Key::new(rng.below(3) as u32, rng.below(40), rng.below(12) * 10)
+}
+
+fn oracle_newest(o: &BTreeMap<Key, u64>, v: u32, lba: u64, at: u64) -> Option<(u64, u64)> {
+    o.range(Key::new(v, lba, 0)..=Key::new(v, lba, at))
+        .next_back()
+        .map(|(k, val)| (k.timestamp, *val))
+}
+
+fn check_all(t: &BPlusTree, o: &BTreeMap<Key, u64>) {
+    let all = t.range(Key::MIN, Key::new(u32::MAX, 0, 0)).unwrap();
+    let want: Vec<_> = o.iter().map(|(k, v)| (*k, *v)).collect();
+    assert_eq!(all, want);
+    for (k, v) in o.iter().take(50) {
+        assert_eq!(t.get(*k).unwrap(), Some(*v));
+    }
+}
+
+/// Returns (splits in memory, splits with a read, leaves repaired).
+fn run(seed: u64, steps: usize, budget: usize) -> (u64, u64, u64) {
+    let mut rng = Rng(seed | 1);
+    let c = cfg(budget);
+    let mut disks = Disks::new(seed, &c);
+    let mut tree = disks.open(&c);
+    let mut o = BTreeMap::new();
+    let mut crashes = 0;
+    let mut totals = (0, 0, 0);
+    let add = |t: &BPlusTree, totals: &mut (u64, u64, u64)| {
+        let s = t.stats();
+        totals.0 += s.splits_in_memory.load(Ordering::Relaxed);
+        totals.1 += s.splits_with_read.load(Ordering::Relaxed);
+        totals.2 += s.leaves_repaired.load(Ordering::Relaxed);
+    };
+    for step in 0..steps {
+        match rng.below(100) {
+            0..=54 => {
+                let k = key(&mut rng);
+                t_insert(&tree, &mut o, k, step as u64 + 1);
+            }
+            55..=64 => {
+                let k = key(&mut rng);
+                tree.delete(k).unwrap();
+                o.remove(&k);
+            }
+            65..=72 => {
+                let k = key(&mut rng);
+                assert_eq!(tree.get(k).unwrap(), o.get(&k).copied(), "get {k:?}");
+            }
+            73..=77 => {
+                let (a, b) = (key(&mut rng), key(&mut rng));
+                let (a, b) = (a.min(b), a.max(b));
+                let want: Vec<_> = o.range(a..b).map(|(k, v)| (*k, *v)).collect();
+                assert_eq!(tree.range(a, b).unwrap(), want, "range {a:?}..{b:?}");
+            }
+            78..=84 => {
+                let k = key(&mut rng);
+                let at = rng.below(130);
+                assert_eq!(
+                    tree.newest_at_or_before(k.volume, k.lba, at).unwrap(),
+                    oracle_newest(&o, k.volume, k.lba, at),
+                    "as-of {k:?} {at}"
+                );
+            }
+            85..=95 => {
+                tree.bosc().commit_cycle().unwrap();
+            }
+            _ => {
+                if rng.below(2) == 0 {
+                    disks.data.fail_after(rng.below(6));
+                    let _ = tree.bosc().commit_cycle();
+                }
+                add(&tree, &mut totals);
+                drop(tree);
+                disks = disks.crash();
+                tree = disks.open(&c);
+                crashes += 1;
+                check_all(&tree, &o);
+            }
+        }
+    }
+    tree.bosc().commit_all().unwrap();
+    check_all(&tree, &o);
+    add(&tree, &mut totals);
+    drop(tree);
+    let disks = disks.crash();
+    let tree = disks.open(&c);
+    check_all(&tree, &o);
+    assert_eq!(tree.bosc().pending_modifications(), 0);
+    assert!(crashes > 0);
+    assert!(tree.leaf_count() > 4, "the tree split");
+    totals
+}
+
+fn t_insert(t: &BPlusTree, o: &mut BTreeMap<Key, u64>, k: Key, v: u64) {
+    t.insert(k, v).unwrap();
+    o.insert(k, v);
+}
+
+#[test]
+fn btree_crashes_keep_every_acknowledged_operation() {
+    let mut totals = (0, 0, 0);
+    for seed in 1..=6 {
+        let t = run(seed, 900, 1 << 20);
+        totals = (totals.0 + t.0, totals.1 + t.1, totals.2 + t.2);
+    }
+    assert!(totals.0 > 0, "some splits needed no I/O: {totals:?}");
+}
+
+#[test]
+fn btree_tight_budget_splits_with_reads() {
+    let mut totals = (0, 0, 0);
+    for seed in 20..=22 {
+        let t = run(seed, 700, 4096);
+        totals = (totals.0 + t.0, totals.1 + t.1, totals.2 + t.2);
+    }
+    assert!(
+        totals.1 > 0,
+        "uncached full leaves were read to split: {totals:?}"
+    );
+}
+
+#[test]
+fn half_done_split_is_repaired_at_open() {
+    let c = cfg(1 << 20);
+    let disks = Disks::new(77, &c);
+    let tree = disks.open(&c);
+    // Below the split threshold (3/4 of a leaf): one leaf.
+    let cap = tree.leaf_capacity() as u64 * 3 / 4 - 1;
+    for lba in 0..cap {
+        tree.insert(Key::new(1, lba, 0), lba).unwrap();
+    }
+    tree.bosc().commit_all().unwrap();
+    assert_eq!(tree.leaf_count(), 1);
+    drop(tree);
+    // Do by hand what a split does, and stop between the two halves: the new leaf exists,
+    // the old one still holds the moved records.
+    let durability = Durability::OwnLog {
+        devices: vec![Arc::clone(&disks.log_disk)],
+        log: log_cfg(),
+        log_id: LOG_ID,
+        volume: 9,
+    };
+    let (bosc, _) = Bosc::open(
+        Arc::clone(&disks.data_disk),
+        c.clone(),
+        durability,
+        Arc::new(LeafApp),
+    )
+    .unwrap();
+    let upper: Vec<_> = (cap / 2..cap).map(|l| (Key::new(1, l, 0), l)).collect();
+    let payload = mariner_bosc::btree::leaf_payload(bosc.payload_bytes(), upper[0].0, &upper);
+    bosc.write(BLOCKS - 1, &payload).unwrap();
+    drop(bosc);
+    let tree = disks.crash().open(&c);
+    assert_eq!(tree.stats().leaves_repaired.load(Ordering::Relaxed), 1);
+    assert_eq!(tree.leaf_count(), 2);
+    let all = tree.range(Key::MIN, Key::new(2, 0, 0)).unwrap();
+    assert_eq!(all.len() as u64, cap);
+    tree.insert(Key::new(1, 0, 5), 99).unwrap();
+    assert_eq!(tree.newest_at_or_before(1, 0, 100).unwrap(), Some((5, 99)));
+    assert_eq!(tree.newest_at_or_before(1, 0, 4).unwrap(), Some((0, 0)));
+    assert_eq!(tree.newest_at_or_before(1, cap, 4).unwrap(), None);
+}
