@@ -5,7 +5,7 @@
 //! - [`scan`]: parsing segments back, stopping at torn or stale records.
 //! - `recover`: merging devices by sequence number, voiding gaps, deciding where to resume.
 //! - `writer`: the dispatcher thread running the placement policy (mariner-placement) and one
-//!   I/O thread per device.
+//!   I/O thread per device; its decisions are in the clock-free [`Dispatch`].
 //!
 //! Consumers (the current-image store now; history and replicas later) learn of durable records
 //! through a [`DurableSink`] and tell the log how far they are durable with [`Log::release`]; log
@@ -36,6 +36,7 @@ pub use mariner_placement::LinearModel;
 pub use recover::Recovery;
 pub use scan::Found;
 pub use stats::{Histogram, LogStats};
+pub use writer::Dispatch;
 
 use writer::Msg;
 

@@ -7,6 +7,11 @@
 //! When a batch is durable the dispatcher tells the consumer sink, then acknowledges each
 //! waiter. After an I/O error the log fails: nothing is retried, every waiter and every later
 //! append gets [`LogError::Failed`].
+//!
+//! The dispatcher's *decisions* live in [`Dispatch`], which reads no clock and touches no disk:
+//! the thread calls it with the current time and executes what it returns. The same struct can
+//! therefore be driven with simulated time and simulated completions (crates/sim's
+//! `tests/writer_vs_sim.rs` checks it makes the simulator's dispatch decisions, issue 5).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering::Relaxed;
@@ -15,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use mariner_disk::{AlignedBuf, Disk};
-use mariner_placement::{Action, LinearModel, Policy, Write};
+use mariner_placement::{Action, DeviceModel, LinearModel, Nanos, Policy, PolicyError, Write};
 use tokio::sync::oneshot;
 
 use crate::format::{LogAddr, RecordHeader, RECORD_HEADER_LEN};
@@ -66,17 +71,128 @@ struct DeviceCtx {
     stats: Arc<LogStats>,
 }
 
+/// The dispatcher's clock-free core: the placement policy plus the log's segment bookkeeping.
+///
+/// Refactor note (issue 5): these calls used to sit inline in `Writer`, which read
+/// `Instant::now()` itself. They moved here unchanged except that every call takes `now`; the
+/// dispatcher thread passes its clock (nanoseconds since the writer started), a simulation
+/// passes virtual time. What stays in `Writer` is I/O and acknowledgement: record headers,
+/// buffers, device threads, waiters, stats. Use it as the thread does: [`Dispatch::submit`] per
+/// appended record, [`Dispatch::completed`] per finished device write, [`Dispatch::poll`] at
+/// [`Dispatch::next_deadline`], [`Dispatch::release`] when consumers release; pass every
+/// returned [`Action`] to [`Dispatch::account`] before executing it.
+#[derive(Debug)]
+pub struct Dispatch<M> {
+    policy: Policy<M>,
+    /// Per device: segments holding records not yet released (segment, highest seq written
+    /// into it), oldest first; the back is current.
+    in_use: Vec<VecDeque<(u64, u64)>>,
+    released: u64,
+}
+
+impl<M: DeviceModel> Dispatch<M> {
+    /// `in_use` per device as recovery found it; `released` the consumers' watermark.
+    pub fn new(policy: Policy<M>, in_use: Vec<VecDeque<(u64, u64)>>, released: u64) -> Self {
+        Self {
+            policy,
+            in_use,
+            released,
+        }
+    }
+
+    pub fn policy(&self) -> &Policy<M> {
+        &self.policy
+    }
+
+    /// Segments per device still holding unreleased records, oldest first.
+    pub fn in_use(&self) -> &[VecDeque<(u64, u64)>] {
+        &self.in_use
+    }
+
+    /// When [`Dispatch::poll`] must next be called.
+    pub fn next_deadline(&self) -> Option<Nanos> {
+        self.policy.next_deadline()
+    }
+
+    /// The `T_wait` deadline passed (the thread's receive timed out).
+    pub fn poll(&mut self, now: Nanos) -> Vec<Action> {
+        self.policy.poll(now)
+    }
+
+    /// Record `seq`, `bytes` long with its header, was appended at `now`.
+    pub fn submit(&mut self, seq: u64, bytes: u64, now: Nanos) -> Result<Vec<Action>, PolicyError> {
+        self.policy.submit(seq, bytes, now)
+    }
+
+    /// Device `dev` reported its write durable at `now`.
+    pub fn completed(&mut self, dev: usize, now: Nanos) -> Vec<Action> {
+        self.policy.completed(dev, now).unwrap_or_default()
+    }
+
+    /// Consumers are durable up to `seq`: frees every segment (but a device's current one)
+    /// whose records are all at or below it. Returns the policy's actions and the number of
+    /// segments freed.
+    pub fn release(&mut self, seq: u64, now: Nanos) -> (Vec<Action>, u64) {
+        self.released = self.released.max(seq);
+        let mut actions = Vec::new();
+        let mut freed = 0;
+        for dev in 0..self.in_use.len() {
+            // A segment is freed once every record in it is released — and no sealed batch is
+            // still queued to be written into it (its records are not accounted yet).
+            while self.in_use[dev].len() > 1
+                && self.in_use[dev].front().is_some_and(|s| {
+                    s.1 <= self.released && !self.policy.has_queued_write(dev, s.0)
+                })
+            {
+                self.in_use[dev].pop_front();
+                freed += 1;
+                actions.extend(self.policy.segment_released(dev, now).unwrap_or_default());
+            }
+        }
+        (actions, freed)
+    }
+
+    /// The consumers' watermark.
+    pub fn released(&self) -> u64 {
+        self.released
+    }
+
+    /// Segment bookkeeping for an action about to be executed: a segment switch opens a new
+    /// in-use segment; a write raises its segment's highest sequence number.
+    ///
+    /// A write is not always into the current segment: a batch sealed because the next
+    /// request did not fit is queued behind the busy device and starts only after the policy
+    /// has switched the device on. Its sequence numbers therefore go to the entry of its own
+    /// segment (the back is only the fallback), or that segment could be freed too early.
+    pub fn account(&mut self, action: &Action) {
+        match action {
+            Action::Write(w) => {
+                let segments = &mut self.in_use[w.dev];
+                let own = segments.iter().rposition(|s| s.0 == w.segment);
+                let entry = match own {
+                    Some(i) => segments.get_mut(i),
+                    None => segments.back_mut(),
+                };
+                if let Some(entry) = entry {
+                    let max = w.reqs.iter().map(|r| r.0).max().unwrap_or(0);
+                    entry.1 = entry.1.max(max);
+                }
+            }
+            Action::SwitchSegment { dev, segment, .. } => {
+                self.in_use[*dev].push_back((*segment, 0));
+            }
+        }
+    }
+}
+
 pub(crate) struct Writer {
     pub log_id: u128,
-    pub policy: Policy<LinearModel>,
+    pub core: Dispatch<LinearModel>,
     pub stats: Arc<LogStats>,
     pub failed: Arc<Mutex<Option<String>>>,
     pub next_seq: u64,
     pub last_ts: u64,
     pub align: usize,
-    /// Per device: segments holding records not yet released, oldest first; the back is current.
-    pub in_use: Vec<VecDeque<(u64, u64)>>,
-    pub released: u64,
     pub epoch: Instant,
     pending: HashMap<u64, Pending>,
     last_addr: Vec<LogAddr>,
@@ -125,14 +241,12 @@ pub(crate) fn spawn(
     let n = devices.len();
     let w = Writer {
         log_id: parts.log_id,
-        policy: parts.policy,
+        core: Dispatch::new(parts.policy, parts.in_use, parts.released),
         stats: parts.stats,
         failed: parts.failed,
         next_seq: parts.next_seq,
         last_ts: parts.last_ts,
         align: parts.align,
-        in_use: parts.in_use,
-        released: parts.released,
         epoch: Instant::now(),
         pending: HashMap::new(),
         last_addr: vec![LogAddr::NONE; n],
@@ -208,7 +322,7 @@ impl Writer {
 
     fn run(mut self, rx: &Receiver<Msg>) {
         loop {
-            let msg = match self.policy.next_deadline() {
+            let msg = match self.core.next_deadline() {
                 Some(deadline) => {
                     let wait = deadline.saturating_sub(self.now());
                     match rx.recv_timeout(Duration::from_nanos(wait)) {
@@ -223,7 +337,7 @@ impl Writer {
                 },
             };
             let actions = match msg {
-                None => self.policy.poll(self.now()),
+                None => self.core.poll(self.now()),
                 Some(Msg::Shutdown) => return self.fail_all("the log is shut down"),
                 Some(m) => self.handle(m),
             };
@@ -296,11 +410,11 @@ impl Writer {
                 arrived,
             },
         );
-        match self.policy.submit(seq, bytes, self.now()) {
+        match self.core.submit(seq, bytes, self.now()) {
             Ok(actions) => {
                 self.stats
                     .stalled
-                    .store(self.policy.stalled() as u64, Relaxed);
+                    .store(self.core.policy().stalled() as u64, Relaxed);
                 actions
             }
             Err(e) => {
@@ -314,10 +428,10 @@ impl Writer {
 
     fn execute(&mut self, actions: Vec<Action>) {
         for a in actions {
+            self.core.account(&a);
             match a {
                 Action::Write(w) => self.start_write(w),
-                Action::SwitchSegment { dev, segment, .. } => {
-                    self.in_use[dev].push_back((segment, 0));
+                Action::SwitchSegment { .. } => {
                     self.stats.segments_used.fetch_add(1, Relaxed);
                 }
             }
@@ -357,10 +471,6 @@ impl Writer {
             pos += span;
             batch.push(p);
         }
-        if let Some(back) = self.in_use[w.dev].back_mut() {
-            let max = batch.iter().map(|p| p.header.seq).max().unwrap_or(0);
-            back.1 = back.1.max(max);
-        }
         self.stats.batches.fetch_add(1, Relaxed);
         self.stats.batch_records.record(batch.len() as u64);
         self.stats.bytes_written.fetch_add(w.padded_bytes, Relaxed);
@@ -394,31 +504,16 @@ impl Writer {
             }
             return Vec::new();
         }
-        self.policy.completed(dev, self.now()).unwrap_or_default()
+        self.core.completed(dev, self.now())
     }
 
     fn release(&mut self, seq: u64) -> Vec<Action> {
-        self.released = self.released.max(seq);
-        self.stats.released_seq.store(self.released, Relaxed);
-        let mut actions = Vec::new();
-        for dev in 0..self.in_use.len() {
-            while self.in_use[dev].len() > 1
-                && self.in_use[dev]
-                    .front()
-                    .is_some_and(|s| s.1 <= self.released)
-            {
-                self.in_use[dev].pop_front();
-                self.stats.segments_used.fetch_sub(1, Relaxed);
-                actions.extend(
-                    self.policy
-                        .segment_released(dev, self.now())
-                        .unwrap_or_default(),
-                );
-            }
-        }
+        let (actions, freed) = self.core.release(seq, self.now());
+        self.stats.released_seq.store(self.core.released(), Relaxed);
+        self.stats.segments_used.fetch_sub(freed, Relaxed);
         self.stats
             .stalled
-            .store(self.policy.stalled() as u64, Relaxed);
+            .store(self.core.policy().stalled() as u64, Relaxed);
         actions
     }
 

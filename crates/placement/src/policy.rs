@@ -221,6 +221,15 @@ impl<M: DeviceModel> Policy<M> {
         self.gather.as_ref().map_or(0, |g| g.reqs.len())
     }
 
+    /// Whether a sealed batch is queued on device `dev` to be written into `segment`. Such a
+    /// segment must not be released even if every record already in it is: the batch will
+    /// land there when the device frees.
+    pub fn has_queued_write(&self, dev: usize, segment: u64) -> bool {
+        self.devices
+            .get(dev)
+            .is_some_and(|d| d.queue.iter().any(|w| w.segment == segment))
+    }
+
     /// Free segments on `dev` (beyond the current one).
     pub fn free_segments(&self, dev: usize) -> u64 {
         self.devices.get(dev).map_or(0, |d| d.free_segments)

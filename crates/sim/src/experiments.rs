@@ -31,8 +31,16 @@ pub const EXPERIMENTS: &[(&str, &str)] = &[
         "mariner-paper Table 1: T_wait sweep on five DTLA log disks",
     ),
     (
+        "mariner-fig6a",
+        "mariner-paper Fig. 6(a): T_switch vs track utilization and latency",
+    ),
+    (
         "mariner-fig6b",
         "mariner-paper Fig. 6(b): log disks 1-5, throughput and latency",
+    ),
+    (
+        "mariner-fig6c",
+        "mariner-paper Fig. 6(c): T_wait vs throughput and latency",
     ),
     (
         "ew-fig4",
@@ -60,7 +68,9 @@ pub fn run(name: &str, seed: u64) -> Option<Report> {
         "trail-fig2" => trail_fig2(seed, 10_000),
         "trail-seek-sensitivity" => trail_seek_sensitivity(seed, 10_000),
         "mariner-table1" => mariner::table1(seed, 20_000),
+        "mariner-fig6a" => mariner::fig6a(seed, 20_000),
         "mariner-fig6b" => mariner::fig6b(seed, 20_000),
+        "mariner-fig6c" => mariner::fig6c(seed, 20_000),
         "ew-fig4" => crate::ewexp::fig4(seed, 20_000),
         "ew-fig5" => crate::ewexp::fig5(seed, 20_000),
         "ew-fig11" => crate::ewexp::fig11(seed, 20_000),

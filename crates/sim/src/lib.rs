@@ -13,6 +13,7 @@ pub mod ewmap;
 pub mod experiments;
 pub mod logdisk;
 pub mod mariner;
+pub mod replay;
 pub mod report;
 pub mod rng;
 pub mod stats;

@@ -1,6 +1,9 @@
 //! Mariner's log-disk array (mariner-paper.md §4, §7.2–7.3): the real
 //! [`mariner_placement::Policy`] over rotational [`LogDisks`], fed 4 KB writes at a fixed
-//! interval.
+//! interval, or any trace of (arrival, size) writes.
+//!
+//! Event order at equal times, which the log writer's cross-check (`tests/writer_vs_sim.rs`)
+//! follows too: a completion first, then the `T_wait` deadline, then an arrival.
 
 use mariner_placement::{Action, DeviceStart, Nanos, Policy, PolicyConfig};
 
@@ -71,8 +74,49 @@ impl ArrayResult {
     }
 }
 
+/// One logical write of a trace: arrival time and length in bytes.
+pub type Arrival = (Nanos, u64);
+
 /// Simulates one run, deterministically for a given `seed`.
 pub fn simulate(run: &ArrayRun, seed: u64) -> ArrayResult {
+    let arrival = |i: usize| (i as u64 * run.interval_ns, run.request_bytes);
+    drive(run, seed, run.count, arrival, false).0
+}
+
+/// Simulates the writes of a trace (arrival times non-decreasing) instead of `run`'s fixed
+/// interval; `run.count`, `interval_ns` and `request_bytes` are ignored. Writes larger than a
+/// segment are refused by the policy and not counted.
+pub fn simulate_trace(run: &ArrayRun, trace: &[Arrival], seed: u64) -> ArrayResult {
+    drive(run, seed, trace.len(), |i| trace[i], false).0
+}
+
+/// The policy's actions, in order, for a trace: what the cross-check against the log writer
+/// compares.
+pub fn dispatch_decisions(run: &ArrayRun, trace: &[Arrival], seed: u64) -> Vec<Action> {
+    drive(run, seed, trace.len(), |i| trace[i], true).1
+}
+
+fn drive<A: Fn(usize) -> Arrival>(
+    run: &ArrayRun,
+    seed: u64,
+    count: usize,
+    arrival: A,
+    record: bool,
+) -> (ArrayResult, Vec<Action>) {
+    let mut policy = policy(run, seed);
+    let mut sim = Loop {
+        in_flight: vec![None; run.disks],
+        out: ArrayResult::default(),
+        record: record.then(Vec::new),
+    };
+    sim.run(&mut policy, count, &arrival);
+    sim.out.disk = policy.model().stats;
+    (sim.out, sim.record.unwrap_or_default())
+}
+
+/// The placement policy and log-disk model of a run (segments: outer tracks, 512-byte
+/// alignment, data from offset 0, practically unlimited log space).
+pub fn policy(run: &ArrayRun, seed: u64) -> Policy<LogDisks> {
     let root = SplitMix64::new(seed);
     let model = LogDisks::new(
         LogDiskConfig {
@@ -101,24 +145,23 @@ pub fn simulate(run: &ArrayRun, seed: u64) -> ArrayResult {
             free_segments: segments,
         })
         .collect();
-    let mut policy = Policy::new(cfg, model, &starts);
-    let mut sim = Loop {
-        in_flight: vec![None; run.disks],
-        out: ArrayResult::default(),
-    };
-    sim.run(&mut policy, run);
-    sim.out.disk = policy.model().stats;
-    sim.out
+    Policy::new(cfg, model, &starts)
 }
 
 struct Loop {
     in_flight: Vec<Option<(Nanos, Vec<u64>)>>,
     out: ArrayResult,
+    /// Every action, when asked for.
+    record: Option<Vec<Action>>,
 }
 
 impl Loop {
-    fn run(&mut self, policy: &mut Policy<LogDisks>, run: &ArrayRun) {
-        let arrival = |i: usize| i as u64 * run.interval_ns;
+    fn run<A: Fn(usize) -> Arrival>(
+        &mut self,
+        policy: &mut Policy<LogDisks>,
+        count: usize,
+        arrival: &A,
+    ) {
         let mut next = 0usize;
         loop {
             let done = self
@@ -128,20 +171,18 @@ impl Loop {
                 .filter_map(|(d, f)| f.as_ref().map(|(t, _)| (*t, d)))
                 .min();
             let deadline = policy.next_deadline();
-            let arr = (next < run.count).then(|| arrival(next));
+            let arr = (next < count).then(|| arrival(next));
             let actions = match (done, deadline, arr) {
                 (Some((t, dev)), _, _)
-                    if deadline.is_none_or(|d| t <= d) && arr.is_none_or(|a| t <= a) =>
+                    if deadline.is_none_or(|d| t <= d) && arr.is_none_or(|(a, _)| t <= a) =>
                 {
-                    self.complete(dev, t, run);
+                    self.complete(dev, t, arrival);
                     policy.completed(dev, t).unwrap_or_default()
                 }
-                (_, Some(d), _) if arr.is_none_or(|a| d <= a) => policy.poll(d),
-                (_, _, Some(a)) => {
+                (_, Some(d), _) if arr.is_none_or(|(a, _)| d <= a) => policy.poll(d),
+                (_, _, Some((a, bytes))) => {
                     next += 1;
-                    policy
-                        .submit(next as u64 - 1, run.request_bytes, a)
-                        .unwrap_or_default()
+                    policy.submit(next as u64 - 1, bytes, a).unwrap_or_default()
                 }
                 _ => break,
             };
@@ -149,10 +190,10 @@ impl Loop {
         }
     }
 
-    fn complete(&mut self, dev: usize, t: Nanos, run: &ArrayRun) {
+    fn complete<A: Fn(usize) -> Arrival>(&mut self, dev: usize, t: Nanos, arrival: &A) {
         if let Some((_, reqs)) = self.in_flight[dev].take() {
             for r in reqs {
-                let arrived = r * run.interval_ns;
+                let arrived = arrival(r as usize).0;
                 self.out.latency_ms.add((t - arrived) as f64 / 1e6);
             }
             self.out.elapsed_ns = self.out.elapsed_ns.max(t);
@@ -160,6 +201,9 @@ impl Loop {
     }
 
     fn apply(&mut self, policy: &Policy<LogDisks>, actions: Vec<Action>) {
+        if let Some(rec) = &mut self.record {
+            rec.extend(actions.iter().cloned());
+        }
         for a in actions {
             match a {
                 Action::Write(w) => {
@@ -310,4 +354,118 @@ pub fn fig6b(seed: u64, count: usize) -> Report {
         series,
     });
     rep
+}
+
+/// Fig. 6(a)'s T_switch values (the seed gives only the default, 12; the others are ours).
+pub const FIG6A_T_SWITCH: &[f64] = &[3.0, 6.0, 12.0, 24.0];
+/// Fig. 6(c)'s T_wait values in µs (the seed gives only the default, 0.2 ms).
+pub const FIG6C_T_WAIT_US: &[u64] = &[100, 200, 400, 800];
+/// Figs. 6(a) and 6(c) stop lowering the interval once the latency exceeds this (ms).
+pub const FIG6_LATENCY_CAP_MS: f64 = 2.0;
+
+/// One curve per parameter value, points from the longest interval to the shortest, stopping
+/// after the first point over [`FIG6_LATENCY_CAP_MS`] (mariner-paper §7.3).
+pub fn sweep(
+    seed: u64,
+    count: usize,
+    values: &[f64],
+    set: fn(&mut ArrayRun, f64),
+) -> Vec<(f64, Vec<(u64, ArrayResult)>)> {
+    values
+        .iter()
+        .map(|&v| {
+            let mut curve = Vec::new();
+            for &us in FIG6_INTERVALS_US {
+                let mut run = ArrayRun::paper_defaults(us * 1000, count);
+                set(&mut run, v);
+                let r = simulate(&run, seed);
+                curve.push((us, r));
+                if r.latency_ms.mean() > FIG6_LATENCY_CAP_MS {
+                    break;
+                }
+            }
+            (v, curve)
+        })
+        .collect()
+}
+
+pub fn fig6a_results(seed: u64, count: usize) -> Vec<(f64, Vec<(u64, ArrayResult)>)> {
+    sweep(seed, count, FIG6A_T_SWITCH, |r, v| r.t_switch = v)
+}
+
+pub fn fig6c_results(seed: u64, count: usize) -> Vec<(f64, Vec<(u64, ArrayResult)>)> {
+    let values: Vec<f64> = FIG6C_T_WAIT_US.iter().map(|&u| u as f64).collect();
+    sweep(seed, count, &values, |r, v| {
+        r.t_wait_ns = (v * 1000.0) as u64
+    })
+}
+
+fn sweep_report(
+    title: &str,
+    param: &str,
+    curves: Vec<(f64, Vec<(u64, ArrayResult)>)>,
+    x: fn(&ArrayResult) -> f64,
+    x_label: &str,
+) -> Report {
+    let mut rep = Report::new(
+        title,
+        &[
+            param,
+            "interval us",
+            "physical OPS",
+            "batch KB",
+            "latency ms",
+            "track util",
+        ],
+    );
+    let mut series = Vec::new();
+    for (v, curve) in curves {
+        let mut points = Vec::new();
+        for (us, r) in curve {
+            points.push((x(&r), r.latency_ms.mean()));
+            rep.row(vec![
+                format!("{v}"),
+                us.to_string(),
+                format!("{:.0}", r.physical_ops()),
+                format!("{:.1}", r.batch_kb()),
+                format!("{:.2}", r.latency_ms.mean()),
+                format!("{:.0}%", 100.0 * utilization(&r)),
+            ]);
+        }
+        series.push(Series {
+            name: format!("{param} {v}"),
+            points,
+        });
+    }
+    rep.notes.push(format!(
+        "intervals 180..80 us, each curve stops after the first point over {FIG6_LATENCY_CAP_MS} ms \
+         (as the paper); the seed's figure gives no numbers"
+    ));
+    rep.plot = Some(Plot {
+        x_label: x_label.into(),
+        y_label: "mean write latency (ms)".into(),
+        log_y: false,
+        series,
+    });
+    rep
+}
+
+pub fn fig6a(seed: u64, count: usize) -> Report {
+    sweep_report(
+        &format!("mariner-paper Fig. 6(a): T_switch vs track utilization and latency (5 disks, T_wait 0.2 ms, {count} writes)"),
+        "T_switch",
+        fig6a_results(seed, count),
+        utilization,
+        "track utilization",
+    )
+}
+
+pub fn fig6c(seed: u64, count: usize) -> Report {
+    sweep_report(
+        &format!("mariner-paper Fig. 6(c): T_wait (us) vs throughput and latency (5 disks, T_switch 12, {count} writes)"),
+        "T_wait us",
+        fig6c_results(seed, count),
+        ArrayResult::physical_ops,
+        "physical write operations per second",
+    )
 }

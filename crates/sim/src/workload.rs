@@ -131,6 +131,45 @@ pub fn write_trace(reqs: &[Request]) -> String {
     s
 }
 
+/// Which trace format a file is in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TraceFormat {
+    /// `arrival_ms R|W lba bytes` (the module documentation).
+    Text,
+    /// SPC `ASU,LBA,Size,Opcode,Timestamp`.
+    Spc,
+}
+
+impl std::str::FromStr for TraceFormat {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "text" => Ok(Self::Text),
+            "spc" => Ok(Self::Spc),
+            _ => Err(format!("unknown trace format {s:?} (text or spc)")),
+        }
+    }
+}
+
+/// Reads a trace in `format`; `None` detects it line by line (commas mean SPC).
+pub fn parse_trace_as(text: &str, format: Option<TraceFormat>) -> Result<Vec<Request>, TraceError> {
+    let Some(format) = format else {
+        return parse_trace(text);
+    };
+    let reqs = parse_trace(text)?;
+    // parse_trace accepts both; a forced format rejects the first line of the other one.
+    for (i, raw) in text.lines().enumerate() {
+        let line = raw.split('#').next().unwrap_or("").trim();
+        if !line.is_empty() && line.contains(',') != (format == TraceFormat::Spc) {
+            return Err(TraceError {
+                line: i + 1,
+                reason: format!("not a {format:?} trace line"),
+            });
+        }
+    }
+    Ok(reqs)
+}
+
 /// Reads the text trace format or, if the first data line has commas, SPC.
 pub fn parse_trace(text: &str) -> Result<Vec<Request>, TraceError> {
     let mut out = Vec::new();
@@ -269,5 +308,20 @@ mod tests {
         assert!((t[0].arrival_ms - 551.706).abs() < 1e-6);
         assert_eq!(parse_trace("1.0 X 5 512").map_err(|e| e.line), Err(1));
         assert!(parse_trace("2.0 W 5 512\n1.0 W 5 512").is_err());
+    }
+
+    #[test]
+    fn a_forced_format_rejects_the_other_one() {
+        let spc = "0,20941264,8192,W,0.551706\n";
+        assert_eq!(
+            parse_trace_as(spc, Some(TraceFormat::Spc)).map(|t| t.len()),
+            Ok(1)
+        );
+        assert_eq!(
+            parse_trace_as(spc, Some(TraceFormat::Text)).map_err(|e| e.line),
+            Err(1)
+        );
+        assert!(parse_trace_as("1.0 W 5 512", Some(TraceFormat::Spc)).is_err());
+        assert_eq!("spc".parse(), Ok(TraceFormat::Spc));
     }
 }

@@ -159,3 +159,59 @@ fn a_million_requests_in_five_seconds() {
     }
     eprintln!("1M requests: trail+conventional {trail_secs:.2} s, array {array_secs:.2} s");
 }
+
+#[test]
+fn fig6a_t_switch_trades_track_utilization_for_a_little_latency() {
+    // mariner-paper §7.3: utilization rises with the request rate and, at a given rate, with
+    // T_switch, "without degrading the average write latency too much".
+    let curves = mariner::fig6a_results(1, 5_000);
+    let at = |i: usize, us: u64| {
+        curves[i]
+            .1
+            .iter()
+            .find(|(u, _)| *u == us)
+            .map(|(_, r)| *r)
+            .unwrap()
+    };
+    let last = curves.len() - 1;
+    for us in [180, 140, 100] {
+        let (lo, hi) = (at(0, us), at(last, us));
+        assert!(
+            mariner::utilization(&hi) > mariner::utilization(&lo) + 0.2,
+            "{us} us"
+        );
+        assert!(hi.latency_ms.mean() < 1.5 * lo.latency_ms.mean(), "{us} us");
+    }
+    for (t_switch, curve) in &curves {
+        let (first, end) = (&curve[0].1, &curve[curve.len() - 1].1);
+        assert!(
+            mariner::utilization(end) > mariner::utilization(first),
+            "T_switch {t_switch}: utilization must rise with the rate"
+        );
+    }
+}
+
+#[test]
+fn fig6c_longer_t_wait_batches_more_at_higher_latency() {
+    // mariner-paper §7.3: at a given rate a larger T_wait batches more and raises latency; at a
+    // given T_wait a higher rate batches more.
+    let curves = mariner::fig6c_results(1, 5_000);
+    let at_100us: Vec<_> = curves
+        .iter()
+        .map(|(_, c)| c.iter().find(|(u, _)| *u == 100).map(|(_, r)| *r).unwrap())
+        .collect();
+    for w in at_100us.windows(2) {
+        assert!(
+            w[1].batch_kb() > w[0].batch_kb(),
+            "batch must grow with T_wait"
+        );
+        assert!(
+            w[1].latency_ms.mean() > w[0].latency_ms.mean(),
+            "latency must grow"
+        );
+    }
+    for (t_wait, curve) in &curves {
+        let (first, end) = (&curve[0].1, &curve[curve.len() - 1].1);
+        assert!(end.batch_kb() > first.batch_kb(), "T_wait {t_wait} us");
+    }
+}

@@ -322,3 +322,21 @@ proptest! {
         prop_assert_eq!(simulate(c, devs, &arrivals), log);
     }
 }
+
+#[test]
+fn a_batch_queued_behind_a_busy_device_keeps_its_segment_marked() {
+    let mut p = Policy::new(cfg(1_000 * US), model(), &starts(1, 8));
+    let first = writes(&p.submit(0, 40_000, 0).unwrap());
+    let seg = first[0].segment;
+    // Fits beside the first write: gathers for the same segment while the device is busy.
+    p.submit(1, 20_000, 10 * US).unwrap();
+    // Does not fit: the gathered batch is sealed and queued into `seg`, the device moves on.
+    p.submit(2, 30_000, 20 * US).unwrap();
+    assert!(
+        p.has_queued_write(0, seg),
+        "sealed batch waits to be written into {seg}"
+    );
+    let w = writes(&p.completed(0, 1_000 * US).unwrap());
+    assert_eq!((w[0].segment, w[0].reqs.clone()), (seg, vec![(1, 20_000)]));
+    assert!(!p.has_queued_write(0, seg));
+}
