@@ -16,7 +16,9 @@ pub mod login;
 pub mod params;
 pub mod pdu;
 pub mod server;
+mod session;
 pub mod targets;
+mod task;
 pub mod text;
 mod wire;
 

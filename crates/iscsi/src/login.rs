@@ -71,6 +71,8 @@ pub struct Established {
     pub params: SessionParams,
     /// The initiator's name.
     pub initiator: String,
+    /// The initiator session ID; with the name it identifies the initiator port (I_T nexus).
+    pub isid: [u8; 6],
     /// Next StatSN to use.
     pub stat_sn: u32,
     /// Next expected CmdSN.
@@ -388,6 +390,7 @@ impl Login {
             kind: self.kind.clone().ok_or(LoginStatus::InitiatorError)?,
             params: self.params,
             initiator: self.initiator.clone().unwrap_or_default(),
+            isid: self.isid,
             stat_sn: self.stat_sn.wrapping_add(1),
             exp_cmd_sn: self.exp_cmd_sn,
         })

@@ -43,6 +43,11 @@ pub trait Targets: Send + Sync {
     fn names(&self) -> Vec<String>;
     /// Looks a target up by IQN.
     fn get(&self, iqn: &str) -> Option<Target>;
+    /// A normal session logged in to `target`; the returned value is dropped when the session
+    /// ends (the node counts the session as a connection to the volume while it lives).
+    fn hold(&self, _target: &Target) -> Box<dyn Send + Sync> {
+        Box::new(())
+    }
 }
 
 /// An in-memory [`Targets`] for tests and examples.

@@ -237,6 +237,39 @@ fn qemu_img_convert_and_compare_over_iscsi() {
 
 // ---- A minimal iSCSI initiator (RFC 7143), enough for login and a few SCSI commands. ----
 
+#[test]
+fn an_iscsi_session_keeps_its_volume_from_being_deleted() {
+    let (_dir, s) = server("iscsi-hold", None);
+    let mut ini = Initiator::login(&s.iscsi(), IQN);
+    assert_eq!(ini.read_capacity(), (131072, 512));
+    let info = s.cli(&["volume", "info", "vol0", "--json"]);
+    let info = String::from_utf8_lossy(&info.stdout).to_string();
+    assert!(
+        info.contains("\"connections\": 1") || info.contains("\"connections\":1"),
+        "{info}"
+    );
+    let o = s.cli(&["volume", "delete", "vol0"]);
+    assert!(
+        !o.status.success(),
+        "delete allowed during an iSCSI session"
+    );
+    let err = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(err.contains("connected"), "{err}");
+    drop(ini); // the connection closes: the session ends
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let o = s.cli(&["volume", "delete", "vol0"]);
+        if o.status.success() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "delete still refused after logout"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 struct Initiator {
     s: TcpStream,
     cmd_sn: u32,

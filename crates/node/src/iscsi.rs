@@ -10,7 +10,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use bytes::Bytes;
 use mariner_iscsi::{Chap, Target, Targets};
-use mariner_nbd::ExportError;
+use mariner_nbd::{ConnectionGuard, ExportError};
 use mariner_scsi::{BackendError, BlockBackend, CompareOutcome, Geometry, Lun, Provisioning};
 use mariner_store::Allocation;
 
@@ -85,6 +85,14 @@ impl Targets for VolumeTargets {
             chap: access.and_then(chap),
             allowed_initiators: access.map(|a| a.initiators.clone()).unwrap_or_default(),
         })
+    }
+
+    /// A session counts as a connection to its volume, like an NBD client: `mariner volume
+    /// delete` is refused while it lasts.
+    fn hold(&self, target: &Target) -> Box<dyn Send + Sync> {
+        let name = target.iqn.strip_prefix(IQN_PREFIX).unwrap_or(&target.iqn);
+        let name = name.to_string();
+        Box::new(ConnectionGuard::new(self.node.clone(), name))
     }
 }
 

@@ -24,6 +24,7 @@ pub mod inquiry;
 pub mod lun;
 pub mod memory;
 pub mod mode;
+pub mod nexus;
 pub mod opcodes;
 pub mod sense;
 pub mod wire;
@@ -32,4 +33,5 @@ pub use backend::{BackendError, BlockBackend, CompareOutcome, Geometry, Provisio
 pub use cdb::Cdb;
 pub use lun::{data_out_len, Lun, Response};
 pub use memory::MemoryBackend;
+pub use nexus::Nexus;
 pub use sense::{Asc, Sense, SenseKey, Status};

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use crate::backend::{BackendError, BlockBackend, CompareOutcome, Geometry, Provisioning};
 use crate::cdb::{Cdb, Range};
+use crate::nexus::Nexus;
 use crate::sense::{Asc, Sense, SenseKey, Status};
 use crate::wire::{be16, be32, be64, push_be};
 use crate::{inquiry, mode, opcodes};
@@ -126,6 +127,23 @@ impl Lun {
             Ok(data) => Response::good(data),
             Err(sense) => Response::check(sense),
         }
+    }
+
+    /// [`Lun::execute`] for a command from the initiator port `nexus`.
+    pub async fn execute_as(&self, nexus: &Nexus, cdb: &[u8], data_out: &[u8]) -> Response {
+        let _ = nexus;
+        self.execute(cdb, data_out).await
+    }
+
+    /// [`Lun::execute_truncated_write`] for a command from the initiator port `nexus`.
+    pub async fn execute_truncated_write_as(
+        &self,
+        nexus: &Nexus,
+        cdb: &[u8],
+        data_out: &[u8],
+    ) -> Response {
+        let _ = nexus;
+        self.execute_truncated_write(cdb, data_out).await
     }
 
     /// Executes one command. `data_out` holds the data-out buffer (at least what the CDB

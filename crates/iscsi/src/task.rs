@@ -1,0 +1,126 @@
+//! One SCSI task: a command whose data-out has all arrived, run against the LUN apart from
+//! the session loop. It produces a [`Completion`] (data-in, status, residuals); the session
+//! turns it into PDUs, stamping StatSN, ExpCmdSN and MaxCmdSN in the order completions arrive.
+
+use std::sync::Arc;
+
+use mariner_scsi::{data_out_len, Asc, Cdb, Lun, Nexus, Sense, SenseKey, Status};
+
+/// SCSI Response flag: residual overflow (the command wanted more than EDTL).
+pub(crate) const OVERFLOW: u8 = 0x04;
+/// SCSI Response flag: residual underflow (the command moved less than EDTL).
+pub(crate) const UNDERFLOW: u8 = 0x02;
+
+/// A command ready to run.
+#[derive(Debug)]
+pub(crate) struct Command {
+    pub itt: u32,
+    pub lun_id: u64,
+    pub cdb: [u8; 16],
+    /// Expected data transfer length from the SCSI Command PDU.
+    pub edtl: u32,
+    /// The data-out buffer (empty for reads).
+    pub data: Vec<u8>,
+    /// The command carried the W bit or data.
+    pub write: bool,
+}
+
+/// What a finished command sends back.
+#[derive(Debug)]
+pub(crate) struct Completion {
+    pub itt: u32,
+    pub lun_id: u64,
+    /// Data-in, already clipped to EDTL.
+    pub data_in: Vec<u8>,
+    pub status: Status,
+    pub sense: Option<Sense>,
+    /// [`OVERFLOW`], [`UNDERFLOW`] or 0.
+    pub flag: u8,
+    pub resid: u32,
+}
+
+impl Completion {
+    fn check(cmd: &Command, sense: Sense, flag: u8, resid: u32) -> Self {
+        Self {
+            itt: cmd.itt,
+            lun_id: cmd.lun_id,
+            data_in: Vec::new(),
+            status: Status::CheckCondition,
+            sense: Some(sense),
+            flag,
+            resid,
+        }
+    }
+}
+
+/// Runs `cmd` for the initiator port `nexus`.
+pub(crate) async fn run(lun: Arc<Lun>, nexus: Arc<Nexus>, cmd: Command) -> Completion {
+    if cmd.lun_id != 0 {
+        let sense = Sense::new(SenseKey::IllegalRequest, Asc::LOGICAL_UNIT_NOT_SUPPORTED);
+        return Completion::check(&cmd, sense, 0, 0);
+    }
+    let block_size = lun.geometry().block_size;
+    let expected_out = data_out_len(&cmd.cdb, block_size).unwrap_or(0);
+    let edtl = u64::from(cmd.edtl);
+    let parsed = Cdb::parse(&cmd.cdb);
+    if expected_out != edtl && matches!(parsed, Ok(Cdb::CompareAndWrite { .. })) {
+        // SBC-3 5.2: the data-out is exactly the verify and the write data; any other
+        // length means the NUMBER OF LOGICAL BLOCKS field is wrong. Nothing is written.
+        return Completion::check(&cmd, Sense::invalid_field_in_cdb(13), 0, 0);
+    }
+    if expected_out > edtl {
+        return run_overflow(&lun, &nexus, &cmd, parsed, (expected_out - edtl) as u32).await;
+    }
+    let resp = lun.execute_as(&nexus, &cmd.cdb, &cmd.data).await;
+    let produced = if cmd.write || !cmd.data.is_empty() {
+        expected_out
+    } else {
+        resp.data.len() as u64
+    };
+    let (flag, resid) = if produced > edtl {
+        (OVERFLOW, (produced - edtl) as u32)
+    } else if produced < edtl {
+        (UNDERFLOW, (edtl - produced) as u32)
+    } else {
+        (0, 0)
+    };
+    let mut data_in = resp.data;
+    data_in.truncate(cmd.edtl as usize);
+    Completion {
+        itt: cmd.itt,
+        lun_id: cmd.lun_id,
+        data_in,
+        status: resp.status,
+        sense: resp.sense,
+        flag,
+        resid,
+    }
+}
+
+/// The CDB wants more data-out than EDTL allows.
+async fn run_overflow(
+    lun: &Lun,
+    nexus: &Nexus,
+    cmd: &Command,
+    parsed: Result<Cdb, Sense>,
+    resid: u32,
+) -> Completion {
+    if matches!(parsed, Ok(Cdb::Write { .. } | Cdb::WriteAndVerify { .. })) {
+        // Process the write without transferring data beyond EDTL (whole blocks).
+        let resp = lun
+            .execute_truncated_write_as(nexus, &cmd.cdb, &cmd.data)
+            .await;
+        return Completion {
+            itt: cmd.itt,
+            lun_id: cmd.lun_id,
+            data_in: Vec::new(),
+            status: resp.status,
+            sense: resp.sense,
+            flag: OVERFLOW,
+            resid,
+        };
+    }
+    // Other commands cannot be truncated meaningfully: refuse without writing.
+    let sense = Sense::new(SenseKey::IllegalRequest, Asc::INVALID_FIELD_IN_COMMAND_IU);
+    Completion::check(cmd, sense, OVERFLOW, resid)
+}
