@@ -118,6 +118,13 @@ struct State {
     uncommitted: BTreeSet<u64>,
     /// Lower bounds of the sequence numbers of appends not yet acknowledged by the log.
     inflight: BTreeMap<u64, usize>,
+    /// Own-log appends not yet queued, per block, by ticket. Tickets are taken in the order
+    /// the appends are handed to the log, which is the order of their sequence numbers; the
+    /// log acknowledges in completion order (devices finish out of order), so an append is
+    /// queued only once it holds its block's first ticket. Each block's queue thereby stays in
+    /// sequence order, which the local frontier, commit and retire rely on.
+    unqueued: HashMap<u64, BTreeSet<u64>>,
+    next_ticket: u64,
     max_seen: u64,
     memory_bytes: usize,
     cursor: u64,
@@ -163,6 +170,8 @@ struct Inner<A> {
     log: Option<(Log, u32)>,
     state: Mutex<State>,
     wake: Condvar,
+    /// Signalled when an own-log append leaves `State::unqueued`.
+    queued: Condvar,
     commit_lock: Mutex<()>,
     /// Queries read the disk under `read`; commit drops committed entries under `write`, so a
     /// query never pairs a stale disk image with a queue that already lost its entries.
@@ -301,6 +310,7 @@ impl<A: BlockApp> Bosc<A> {
             log,
             state: Mutex::new(state),
             wake: Condvar::new(),
+            queued: Condvar::new(),
             commit_lock: Mutex::new(()),
             gate: RwLock::new(()),
             stats: BoscStats::default(),
@@ -529,30 +539,57 @@ impl<A: BlockApp> Inner<A> {
         };
         self.check_block_no(block)?;
         self.make_room()?;
-        let (floor, payload) = {
+        let (floor, ticket, rx) = {
             let mut st = lock(&self.state);
             let floor = st.max_seen + 1;
             *st.inflight.entry(floor).or_insert(0) += 1;
             let payload =
                 LoggedMod::encode(op, st.global_frontier(), st.local_frontier(block), bytes);
-            (floor, payload)
+            // Handed to the log under the state lock, so ticket order is sequence order.
+            let rx = log.append(Entry::write(*volume, block, Bytes::from(payload)));
+            let ticket = st.next_ticket;
+            st.next_ticket += 1;
+            if rx.is_ok() {
+                st.unqueued.entry(block).or_default().insert(ticket);
+            }
+            (floor, ticket, rx)
         };
-        let done = log
-            .append(Entry::write(*volume, block, Bytes::from(payload)))
+        let done = rx
             .map_err(Error::from)
             .and_then(|rx| rx.blocking_recv().map_err(|_| Error::Failed("log".into())))
             .and_then(|r| r.map_err(Error::from));
         let mut st = lock(&self.state);
+        if done.is_ok() {
+            // Appends of this block with lower sequence numbers queue first.
+            while st
+                .unqueued
+                .get(&block)
+                .and_then(|t| t.first())
+                .is_some_and(|&first| first < ticket)
+            {
+                st = self.queued.wait(st).unwrap_or_else(PoisonError::into_inner);
+            }
+        }
+        if let Some(t) = st.unqueued.get_mut(&block) {
+            t.remove(&ticket);
+            if t.is_empty() {
+                st.unqueued.remove(&block);
+            }
+        }
         if let Some(n) = st.inflight.get_mut(&floor) {
             *n -= 1;
             if *n == 0 {
                 st.inflight.remove(&floor);
             }
         }
-        let appended = done?;
-        st.max_seen = st.max_seen.max(appended.seq);
-        self.enqueue(&mut st, block, appended.seq, op, bytes.to_vec());
-        Ok(appended.seq)
+        let queued = done.map(|appended| {
+            st.max_seen = st.max_seen.max(appended.seq);
+            self.enqueue(&mut st, block, appended.seq, op, bytes.to_vec());
+            appended.seq
+        });
+        drop(st);
+        self.queued.notify_all();
+        queued
     }
 
     fn at_position(&self, block: u64, op: Op, bytes: &[u8], position: u64) -> Result<(), Error> {
@@ -577,6 +614,10 @@ impl<A: BlockApp> Inner<A> {
         self.stats.modifications.fetch_add(1, Ordering::Relaxed);
         st.uncommitted.insert(seq);
         let q = st.queues.entry(block).or_default();
+        debug_assert!(
+            q.pending.last().is_none_or(|p| p.seq < seq),
+            "block {block}: modifications queue in sequence order"
+        );
         let mut added = 16;
         if q.image.is_none() && op == Op::Write {
             // A whole-payload write needs nothing from the disk: the block is in memory from
