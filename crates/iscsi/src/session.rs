@@ -148,6 +148,20 @@ impl Session {
         stream: &mut TcpStream,
         io: &mut PduStream,
     ) -> Result<(), ConnectionError> {
+        let result = self.serve(stream, io).await;
+        // The I_T nexus ends with the session (logout or connection loss): an SPC-2
+        // reservation it held goes with it.
+        if let Some(lun) = self.lun() {
+            lun.reservations().nexus_lost(&self.nexus).await;
+        }
+        result
+    }
+
+    async fn serve(
+        &mut self,
+        stream: &mut TcpStream,
+        io: &mut PduStream,
+    ) -> Result<(), ConnectionError> {
         let (mut rd, mut wr) = stream.split();
         let Some(mut done_rx) = self.done_rx.take() else {
             return Err(ConnectionError::Protocol("session already ran"));
@@ -466,8 +480,16 @@ impl Session {
                 code
             }
             2 | 4 | 5 if req.lun() != 0 => tmf::NO_LUN,
-            2 | 4 | 5 | 6 | 7 => {
+            2 | 4 => {
                 self.abort_all();
+                tmf::COMPLETE
+            }
+            // LOGICAL UNIT RESET and target resets also release an SPC-2 reservation.
+            5..=7 => {
+                self.abort_all();
+                if let Some(lun) = self.lun() {
+                    lun.reservations().reset();
+                }
                 tmf::COMPLETE
             }
             3 => tmf::UNSUPPORTED,

@@ -235,6 +235,87 @@ fn qemu_img_convert_and_compare_over_iscsi() {
     assert!(out.contains("read 65536/65536"), "{out}");
 }
 
+const INITIATOR_A: &str = "iqn.2026-11.dev.mariner.test:node-a";
+const INITIATOR_B: &str = "iqn.2026-11.dev.mariner.test:node-b";
+const RESERVATION_CONFLICT: u8 = 0x18;
+const NBD_EPERM: u32 = 1;
+const PR_REGISTER: u8 = 0;
+const PR_RESERVE: u8 = 1;
+const PR_RELEASE: u8 = 2;
+const PR_WRITE_EXCLUSIVE: u8 = 1;
+
+/// Two initiators share one volume's reservations; NBD, which cannot register, is refused
+/// writes while a reservation stands; an APTPL reservation survives kill -9, one without
+/// APTPL does not.
+#[test]
+fn persistent_reservations_between_two_initiators_and_nbd() {
+    let (_dir, mut s) = server("iscsi-pr", None);
+    let mut a = Initiator::login_as(&s.iscsi(), IQN, INITIATOR_A);
+    let mut b = Initiator::login_as(&s.iscsi(), IQN, INITIATOR_B);
+    let mut nbd = Nbd::connect(&s.nbd, "vol0");
+    assert_eq!(a.prout(PR_REGISTER, 0, 0, 0xaa, false), 0);
+    assert_eq!(b.prout(PR_REGISTER, 0, 0, 0xbb, false), 0);
+    let keys = a.prin(0);
+    assert_eq!(
+        &keys[..8],
+        &[0, 0, 0, 2, 0, 0, 0, 16],
+        "generation 2, two keys"
+    );
+    assert_eq!(a.prout(PR_RESERVE, PR_WRITE_EXCLUSIVE, 0xaa, 0, false), 0);
+    assert_eq!(b.reservation(), Some((0xaa, PR_WRITE_EXCLUSIVE)));
+
+    let data = random_bytes(11, 512);
+    assert_eq!(b.write_status(100, &data), RESERVATION_CONFLICT);
+    assert_eq!(
+        b.read(100, 1),
+        vec![0; 512],
+        "a Write Exclusive reservation allows reads"
+    );
+    a.write(100, &data);
+    assert_eq!(
+        nbd.write_error(100 * 512, &data),
+        NBD_EPERM,
+        "NBD write while reserved"
+    );
+    assert_eq!(nbd.read(100 * 512, 512), data, "NBD reads stay allowed");
+
+    assert_eq!(a.prout(PR_RELEASE, PR_WRITE_EXCLUSIVE, 0xaa, 0, false), 0);
+    assert_eq!(b.reservation(), None);
+    b.write(101, &data);
+    nbd.write(102 * 512, &data);
+
+    // APTPL: the registrations and the reservation survive kill -9.
+    assert_eq!(a.prout(PR_REGISTER, 0, 0xaa, 0xaa, true), 0);
+    assert_eq!(a.prout(PR_RESERVE, PR_WRITE_EXCLUSIVE, 0xaa, 0, false), 0);
+    drop((a, b, nbd));
+    s.restart_after_kill9(SMALL);
+    let mut b = Initiator::login_as(&s.iscsi(), IQN, INITIATOR_B);
+    assert_eq!(
+        b.reservation(),
+        Some((0xaa, PR_WRITE_EXCLUSIVE)),
+        "APTPL lost"
+    );
+    assert_eq!(b.write_status(103, &data), RESERVATION_CONFLICT);
+    let mut nbd = Nbd::connect(&s.nbd, "vol0");
+    assert_eq!(nbd.write_error(103 * 512, &data), NBD_EPERM);
+    drop(nbd);
+
+    // Registering again without APTPL: the state is no longer kept through a restart.
+    let mut a = Initiator::login_as(&s.iscsi(), IQN, INITIATOR_A);
+    assert_eq!(a.prout(PR_REGISTER, 0, 0xaa, 0xaa, false), 0);
+    assert_eq!(b.reservation(), Some((0xaa, PR_WRITE_EXCLUSIVE)));
+    drop((a, b));
+    s.restart_after_kill9(SMALL);
+    let mut b = Initiator::login_as(&s.iscsi(), IQN, INITIATOR_B);
+    assert_eq!(
+        b.reservation(),
+        None,
+        "a reservation without APTPL survived a restart"
+    );
+    b.write(103, &data);
+    Nbd::connect(&s.nbd, "vol0").write(104 * 512, &data);
+}
+
 // ---- A minimal iSCSI initiator (RFC 7143), enough for login and a few SCSI commands. ----
 
 #[test]
@@ -286,6 +367,10 @@ struct Pdu {
 #[allow(clippy::big_endian_bytes)] // the iSCSI wire is big-endian
 impl Initiator {
     fn login(addr: &str, target: &str) -> Self {
+        Self::login_as(addr, target, INITIATOR)
+    }
+
+    fn login_as(addr: &str, target: &str, initiator: &str) -> Self {
         let s = TcpStream::connect(addr).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
         let mut ini = Initiator {
@@ -295,7 +380,7 @@ impl Initiator {
             itt: 1,
         };
         let security = format!(
-            "InitiatorName={INITIATOR}\0TargetName={target}\0SessionType=Normal\0AuthMethod=None\0"
+            "InitiatorName={initiator}\0TargetName={target}\0SessionType=Normal\0AuthMethod=None\0"
         );
         // Security stage (0) to operational (1), then operational to full feature (3).
         let r = ini.login_step(0x80 | 0x01, security.as_bytes());
@@ -396,13 +481,45 @@ impl Initiator {
     }
 
     fn write(&mut self, lba: u32, data: &[u8]) {
+        assert_eq!(self.write_status(lba, data), 0, "WRITE(10) status");
+    }
+
+    /// WRITE(10); returns the SCSI status.
+    fn write_status(&mut self, lba: u32, data: &[u8]) -> u8 {
         let blocks = (data.len() / 512) as u16;
         let mut cdb = [0u8; 10];
         cdb[0] = 0x2a;
         cdb[2..6].copy_from_slice(&lba.to_be_bytes());
         cdb[7..9].copy_from_slice(&blocks.to_be_bytes());
-        let (status, _) = self.command(&cdb, data, 0);
-        assert_eq!(status, 0, "WRITE(10) status");
+        self.command(&cdb, data, 0).0
+    }
+
+    /// PERSISTENT RESERVE OUT; returns the SCSI status.
+    fn prout(&mut self, action: u8, kind: u8, key: u64, sa_key: u64, aptpl: bool) -> u8 {
+        let mut cdb = [0u8; 10];
+        cdb[0] = 0x5f;
+        cdb[1] = action;
+        cdb[2] = kind;
+        cdb[8] = 24;
+        let mut params = [0u8; 24];
+        params[0..8].copy_from_slice(&key.to_be_bytes());
+        params[8..16].copy_from_slice(&sa_key.to_be_bytes());
+        params[20] = u8::from(aptpl);
+        self.command(&cdb, &params, 0).0
+    }
+
+    /// PERSISTENT RESERVE IN; the data (status must be GOOD).
+    fn prin(&mut self, action: u8) -> Vec<u8> {
+        let cdb = [0x5e, action, 0, 0, 0, 0, 0, 0x10, 0, 0];
+        let (status, data) = self.command(&cdb, &[], 4096);
+        assert_eq!(status, 0, "PERSISTENT RESERVE IN status");
+        data
+    }
+
+    /// READ RESERVATION: (key, type) of the reservation, if any.
+    fn reservation(&mut self) -> Option<(u64, u8)> {
+        let d = self.prin(1);
+        (be32(&d[4..8]) == 16).then(|| (u64::from_be_bytes(d[8..16].try_into().unwrap()), d[21]))
     }
 
     fn read(&mut self, lba: u32, blocks: u16) -> Vec<u8> {
@@ -460,6 +577,23 @@ impl Nbd {
         assert_eq!(be32(&reply[0..4]), 0x6744_6698, "simple reply magic");
         assert_eq!(be32(&reply[4..8]), 0, "NBD error");
         self.handle += 1;
+    }
+
+    /// A write; returns the NBD error code of the reply.
+    fn write_error(&mut self, offset: u64, data: &[u8]) -> u32 {
+        let mut r = Vec::with_capacity(28 + data.len());
+        r.extend_from_slice(&0x2560_9513u32.to_be_bytes());
+        r.extend_from_slice(&0u16.to_be_bytes());
+        r.extend_from_slice(&1u16.to_be_bytes());
+        r.extend_from_slice(&self.handle.to_be_bytes());
+        r.extend_from_slice(&offset.to_be_bytes());
+        r.extend_from_slice(&(data.len() as u32).to_be_bytes());
+        r.extend_from_slice(data);
+        self.s.write_all(&r).unwrap();
+        let mut reply = [0u8; 16];
+        self.s.read_exact(&mut reply).unwrap();
+        self.handle += 1;
+        be32(&reply[4..8])
     }
 
     fn read(&mut self, offset: u64, len: u32) -> Vec<u8> {

@@ -208,6 +208,19 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), NodeError> {
     Ok(())
 }
 
+/// Removes a file if it exists, durably.
+pub fn remove_durably(path: &Path) -> Result<(), NodeError> {
+    match fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(io_at(path, e)),
+    }
+    match path.parent() {
+        Some(dir) => sync_dir(dir),
+        None => Ok(()),
+    }
+}
+
 fn sync_dir(dir: &Path) -> Result<(), NodeError> {
     File::open(dir)
         .and_then(|d| d.sync_all())

@@ -81,7 +81,10 @@ impl Targets for VolumeTargets {
         let access = self.node.config().iscsi.targets.get(&name);
         Some(Target {
             iqn: target_iqn(&name),
-            lun: Arc::new(Lun::new(volume)),
+            lun: Arc::new(Lun::with_reservations(
+                volume.clone(),
+                volume.reservations().clone(),
+            )),
             chap: access.and_then(chap),
             allowed_initiators: access.map(|a| a.initiators.clone()).unwrap_or_default(),
         })

@@ -12,6 +12,7 @@ pub mod datadir;
 pub mod iscsi;
 pub mod metrics;
 mod node;
+pub mod reservations;
 pub mod serve;
 pub mod volume;
 

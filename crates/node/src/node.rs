@@ -116,15 +116,12 @@ impl Node {
             elapsed_ms = recovery.elapsed_ms,
             "recovery complete"
         );
-        let volumes = metas
-            .into_iter()
-            .map(|m| {
-                (
-                    m.name.clone(),
-                    Arc::new(Volume::new(m, log.clone(), store.clone())),
-                )
-            })
-            .collect();
+        let mut volumes = BTreeMap::new();
+        for m in metas {
+            let reservations = crate::reservations::open(&dir.volume_dir(&m.name))?;
+            let vol = Volume::new(m.clone(), log.clone(), store.clone(), reservations);
+            volumes.insert(m.name, Arc::new(vol));
+        }
         let node = Arc::new(Self {
             cfg,
             dir,
@@ -243,7 +240,9 @@ impl Node {
         let image = open_image(&self.dir, &self.cfg, &meta, true)?;
         self.dir.save_volume(&meta)?;
         self.store.add_volume(id, image, size_bytes);
-        let vol = Arc::new(Volume::new(meta, self.log.clone(), self.store.clone()));
+        let reservations = crate::reservations::open(&self.dir.volume_dir(name))?;
+        let vol = Volume::new(meta, self.log.clone(), self.store.clone(), reservations);
+        let vol = Arc::new(vol);
         if let Ok(mut v) = self.volumes.write() {
             v.insert(name.to_string(), vol);
         }

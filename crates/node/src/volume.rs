@@ -8,6 +8,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use mariner_log::{Entry, Log, LogError, RecordKind};
 use mariner_nbd::{Allocation as NbdAllocation, Export, ExportError, ExportInfo};
+use mariner_scsi::Reservations;
 use mariner_store::{Allocation, Store, StoreError};
 
 use crate::datadir::VolumeMeta;
@@ -34,17 +35,26 @@ pub struct Volume {
     /// it exclusively across its read, compare and write. Shared acquisition is one atomic
     /// operation while no compare-and-write is waiting.
     writers: tokio::sync::RwLock<()>,
+    /// SCSI reservations, shared by every iSCSI session of the volume; NBD writes are refused
+    /// while they exclude initiators that are not registered.
+    reservations: Arc<Reservations>,
     pub stats: VolumeStats,
 }
 
 impl Volume {
-    pub fn new(meta: VolumeMeta, log: Log, store: Arc<Store>) -> Self {
+    pub fn new(
+        meta: VolumeMeta,
+        log: Log,
+        store: Arc<Store>,
+        reservations: Arc<Reservations>,
+    ) -> Self {
         Self {
             meta: RwLock::new(meta),
             log,
             store,
             deleted: AtomicBool::new(false),
             writers: tokio::sync::RwLock::new(()),
+            reservations,
             stats: VolumeStats::default(),
         }
     }
@@ -54,6 +64,24 @@ impl Volume {
             .read()
             .map(|m| m.clone())
             .unwrap_or_else(|p| p.into_inner().clone())
+    }
+
+    /// The volume's SCSI reservations.
+    pub fn reservations(&self) -> &Arc<Reservations> {
+        &self.reservations
+    }
+
+    /// NBD clients are not SCSI initiators and can never be registered: their writes are
+    /// refused while a reservation excludes unregistered writers (every persistent type and
+    /// RESERVE(6/10) do).
+    fn nbd_may_write(&self) -> Result<(), ExportError> {
+        if self.reservations.excludes_unregistered_writers() {
+            self.stats.errors.fetch_add(1, Relaxed);
+            return Err(ExportError::Refused(
+                "the volume is reserved by an iSCSI initiator (SCSI reservation)".into(),
+            ));
+        }
+        Ok(())
     }
 
     /// Marks the volume deleted: every later request fails.
@@ -254,6 +282,7 @@ impl Export for Volume {
 
     async fn write(&self, offset: u64, data: Bytes, _fua: bool) -> Result<(), ExportError> {
         // Acknowledged only when durable in the log: FUA is always satisfied.
+        self.nbd_may_write()?;
         self.write_bytes(offset, data).await
     }
 
@@ -266,6 +295,7 @@ impl Export for Volume {
     }
 
     async fn trim(&self, offset: u64, len: u32, _fua: bool) -> Result<(), ExportError> {
+        self.nbd_may_write()?;
         self.trim_bytes(offset, u64::from(len)).await
     }
 
@@ -277,6 +307,7 @@ impl Export for Volume {
         _may_trim: bool,
     ) -> Result<(), ExportError> {
         self.check(offset, u64::from(len), true)?;
+        self.nbd_may_write()?;
         let _shared = self.writers.read().await;
         self.extent(RecordKind::WriteZeroes, offset, u64::from(len))
             .await

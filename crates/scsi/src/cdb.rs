@@ -17,6 +17,8 @@ pub mod op {
     pub const WRITE_6: u8 = 0x0a;
     pub const INQUIRY: u8 = 0x12;
     pub const MODE_SELECT_6: u8 = 0x15;
+    pub const RESERVE_6: u8 = 0x16;
+    pub const RELEASE_6: u8 = 0x17;
     pub const MODE_SENSE_6: u8 = 0x1a;
     pub const START_STOP_UNIT: u8 = 0x1b;
     pub const PREVENT_ALLOW: u8 = 0x1e;
@@ -30,7 +32,11 @@ pub mod op {
     pub const WRITE_SAME_10: u8 = 0x41;
     pub const UNMAP: u8 = 0x42;
     pub const MODE_SELECT_10: u8 = 0x55;
+    pub const RESERVE_10: u8 = 0x56;
+    pub const RELEASE_10: u8 = 0x57;
     pub const MODE_SENSE_10: u8 = 0x5a;
+    pub const PERSISTENT_RESERVE_IN: u8 = 0x5e;
+    pub const PERSISTENT_RESERVE_OUT: u8 = 0x5f;
     pub const READ_16: u8 = 0x88;
     pub const COMPARE_AND_WRITE: u8 = 0x89;
     pub const WRITE_16: u8 = 0x8a;
@@ -147,6 +153,18 @@ pub enum Cdb {
         service_action: u16,
         alloc: u32,
     },
+    /// PERSISTENT RESERVE IN.
+    PersistentReserveIn { service_action: u8, alloc: u32 },
+    /// PERSISTENT RESERVE OUT; `scope_type` is byte 2 (SCOPE and TYPE).
+    PersistentReserveOut {
+        service_action: u8,
+        scope_type: u8,
+        param_len: u32,
+    },
+    /// RESERVE(6/10), SPC-2.
+    Reserve,
+    /// RELEASE(6/10), SPC-2.
+    Release,
     /// An operation code (and service action, for codes that carry one) not executed here.
     Unsupported {
         opcode: u8,
@@ -288,12 +306,31 @@ impl Cdb {
                 alloc: be32(&c[6..10]),
             }),
             op::MAINTENANCE_IN => parse_maintenance_in(c),
+            op::PERSISTENT_RESERVE_IN => Ok(Self::PersistentReserveIn {
+                service_action: c[1] & 0x1f,
+                alloc: u32::from(be16(&c[7..9])),
+            }),
+            op::PERSISTENT_RESERVE_OUT => Ok(Self::PersistentReserveOut {
+                service_action: c[1] & 0x1f,
+                scope_type: c[2],
+                param_len: be32(&c[5..9]),
+            }),
+            op::RESERVE_6 | op::RELEASE_6 | op::RESERVE_10 | op::RELEASE_10 => parse_legacy(c),
             _ => Ok(Self::Unsupported {
                 opcode,
                 service_action: None,
             }),
         }
     }
+}
+
+/// RESERVE/RELEASE(6/10): third-party reservations, long IDs and extents are not supported.
+fn parse_legacy(c: &[u8]) -> Result<Cdb, Sense> {
+    reserved(c, 1, 0x1f)?;
+    Ok(match c[0] {
+        op::RESERVE_6 | op::RESERVE_10 => Cdb::Reserve,
+        _ => Cdb::Release,
+    })
 }
 
 fn parse_inquiry(c: &[u8]) -> Result<Cdb, Sense> {

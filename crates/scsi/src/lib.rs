@@ -11,7 +11,9 @@
 //! 0xB1, 0xB2), MODE SENSE/SELECT 6/10 (Caching, Control), START STOP UNIT, PREVENT ALLOW
 //! MEDIUM REMOVAL, READ CAPACITY 10/16, READ/WRITE 6/10/12/16, VERIFY and WRITE AND VERIFY
 //! 10/12/16, SYNCHRONIZE CACHE 10/16, PRE-FETCH 10/16, WRITE SAME 10/16 (with UNMAP/NDOB),
-//! UNMAP, GET LBA STATUS, COMPARE AND WRITE, REPORT LUNS, REPORT SUPPORTED OPERATION CODES.
+//! UNMAP, GET LBA STATUS, COMPARE AND WRITE, REPORT LUNS, REPORT SUPPORTED OPERATION CODES,
+//! PERSISTENT RESERVE IN/OUT and RESERVE/RELEASE(6/10) ([`pr`], shared per unit by
+//! [`reservations`]).
 //! Everything else answers ILLEGAL REQUEST / INVALID COMMAND OPERATION CODE.
 
 #![forbid(unsafe_code)]
@@ -26,6 +28,8 @@ pub mod memory;
 pub mod mode;
 pub mod nexus;
 pub mod opcodes;
+pub mod pr;
+pub mod reservations;
 pub mod sense;
 pub mod wire;
 
@@ -34,4 +38,6 @@ pub use cdb::Cdb;
 pub use lun::{data_out_len, Lun, Response};
 pub use memory::MemoryBackend;
 pub use nexus::Nexus;
+pub use pr::{PrState, Refusal};
+pub use reservations::{PrPersist, Reservations};
 pub use sense::{Asc, Sense, SenseKey, Status};

@@ -10,6 +10,8 @@ use std::sync::Arc;
 use crate::backend::{BackendError, BlockBackend, CompareOutcome, Geometry, Provisioning};
 use crate::cdb::{Cdb, Range};
 use crate::nexus::Nexus;
+use crate::pr::{Access, InAction, OutRequest, Refusal};
+use crate::reservations::Reservations;
 use crate::sense::{Asc, Sense, SenseKey, Status};
 use crate::wire::{be16, be32, be64, push_be};
 use crate::{inquiry, mode, opcodes};
@@ -79,7 +81,9 @@ pub fn data_out_len(cdb: &[u8], block_size: u32) -> Option<u64> {
         Cdb::Verify { bytchk: 3, .. } => bs,
         Cdb::WriteSame { ndob: false, .. } => bs,
         Cdb::CompareAndWrite { blocks, .. } => 2 * u64::from(blocks) * bs,
-        Cdb::ModeSelect { param_len, .. } | Cdb::Unmap { param_len } => u64::from(param_len),
+        Cdb::ModeSelect { param_len, .. }
+        | Cdb::Unmap { param_len }
+        | Cdb::PersistentReserveOut { param_len, .. } => u64::from(param_len),
         _ => 0,
     })
 }
@@ -87,6 +91,24 @@ pub fn data_out_len(cdb: &[u8], block_size: u32) -> Option<u64> {
 /// One logical unit.
 pub struct Lun {
     backend: Arc<dyn BlockBackend>,
+    reservations: Arc<Reservations>,
+}
+
+/// The initiator port [`Lun::execute`] runs commands as.
+fn local_nexus() -> Nexus {
+    Nexus::iscsi("", [0; 6])
+}
+
+fn respond(outcome: Result<Vec<u8>, Refusal>) -> Response {
+    match outcome {
+        Ok(data) => Response::good(data),
+        Err(Refusal::Check(sense)) => Response::check(sense),
+        Err(Refusal::Conflict) => Response {
+            status: Status::ReservationConflict,
+            data: Vec::new(),
+            sense: None,
+        },
+    }
 }
 
 impl std::fmt::Debug for Lun {
@@ -96,9 +118,27 @@ impl std::fmt::Debug for Lun {
 }
 
 impl Lun {
-    /// A logical unit over `backend`.
+    /// A logical unit over `backend` with reservations of its own, which cannot persist
+    /// through power loss.
     pub fn new(backend: Arc<dyn BlockBackend>) -> Self {
-        Self { backend }
+        Self::with_reservations(backend, Arc::new(Reservations::in_memory()))
+    }
+
+    /// A logical unit over `backend` sharing `reservations` (one per volume, whatever the
+    /// number of sessions and `Lun` objects serving it).
+    pub fn with_reservations(
+        backend: Arc<dyn BlockBackend>,
+        reservations: Arc<Reservations>,
+    ) -> Self {
+        Self {
+            backend,
+            reservations,
+        }
+    }
+
+    /// The unit's reservations.
+    pub fn reservations(&self) -> &Arc<Reservations> {
+        &self.reservations
     }
 
     /// The backend's geometry.
@@ -110,6 +150,17 @@ impl Lun {
     /// for a transport whose expected transfer length is shorter than the CDB asks (FCP-4
     /// and iSCSI: process the command without transferring data beyond that length).
     pub async fn execute_truncated_write(&self, cdb: &[u8], data_out: &[u8]) -> Response {
+        self.execute_truncated_write_as(&local_nexus(), cdb, data_out)
+            .await
+    }
+
+    /// [`Lun::execute_truncated_write`] for a command from the initiator port `nexus`.
+    pub async fn execute_truncated_write_as(
+        &self,
+        nexus: &Nexus,
+        cdb: &[u8],
+        data_out: &[u8],
+    ) -> Response {
         let g = self.backend.geometry();
         let parsed = match Cdb::parse(cdb) {
             Ok(Cdb::Write { range, .. } | Cdb::WriteAndVerify { range, .. }) => {
@@ -123,44 +174,67 @@ impl Lun {
             Ok(_) => return Response::check(Sense::invalid_field_in_cdb(0)),
             Err(sense) => return Response::check(sense),
         };
-        match self.run(&g, parsed, data_out).await {
-            Ok(data) => Response::good(data),
-            Err(sense) => Response::check(sense),
-        }
+        respond(self.run(&g, nexus, parsed, data_out).await)
     }
 
-    /// [`Lun::execute`] for a command from the initiator port `nexus`.
+    /// Executes one command from the initiator port `nexus`. `data_out` holds the data-out
+    /// buffer (at least what the CDB needs, see [`data_out_len`]; extra bytes are ignored).
     pub async fn execute_as(&self, nexus: &Nexus, cdb: &[u8], data_out: &[u8]) -> Response {
-        let _ = nexus;
-        self.execute(cdb, data_out).await
-    }
-
-    /// [`Lun::execute_truncated_write`] for a command from the initiator port `nexus`.
-    pub async fn execute_truncated_write_as(
-        &self,
-        nexus: &Nexus,
-        cdb: &[u8],
-        data_out: &[u8],
-    ) -> Response {
-        let _ = nexus;
-        self.execute_truncated_write(cdb, data_out).await
-    }
-
-    /// Executes one command. `data_out` holds the data-out buffer (at least what the CDB
-    /// needs, see [`data_out_len`]; extra bytes are ignored).
-    pub async fn execute(&self, cdb: &[u8], data_out: &[u8]) -> Response {
         let geometry = self.backend.geometry();
-        let outcome = match Cdb::parse(cdb) {
-            Ok(parsed) => self.run(&geometry, parsed, data_out).await,
-            Err(sense) => Err(sense),
-        };
-        match outcome {
-            Ok(data) => Response::good(data),
+        match Cdb::parse(cdb) {
+            Ok(parsed) => respond(self.run(&geometry, nexus, parsed, data_out).await),
             Err(sense) => Response::check(sense),
         }
     }
 
-    async fn run(&self, g: &Geometry, cdb: Cdb, data_out: &[u8]) -> Outcome {
+    /// [`Lun::execute_as`] from an initiator port with an empty name.
+    pub async fn execute(&self, cdb: &[u8], data_out: &[u8]) -> Response {
+        self.execute_as(&local_nexus(), cdb, data_out).await
+    }
+
+    /// Checks the command against the reservations, then executes it.
+    async fn run(
+        &self,
+        g: &Geometry,
+        nexus: &Nexus,
+        cdb: Cdb,
+        data_out: &[u8],
+    ) -> Result<Vec<u8>, Refusal> {
+        self.reservations.check(nexus, Access::of(&cdb))?;
+        let pr = &self.reservations;
+        match cdb {
+            Cdb::PersistentReserveIn {
+                service_action,
+                alloc,
+            } => {
+                let action = InAction::from_code(service_action)?;
+                Ok(clip(pr.snapshot().read(action), alloc))
+            }
+            Cdb::PersistentReserveOut {
+                service_action,
+                scope_type,
+                param_len,
+            } => {
+                if param_len != crate::pr::PROUT_PARAM_LEN {
+                    return Err(Sense::parameter_list_length().into());
+                }
+                let params = need(data_out, param_len)?;
+                let req = OutRequest::parse(service_action, scope_type, params)?;
+                pr.change(|s| s.out(nexus, &req)).await.map(|()| Vec::new())
+            }
+            Cdb::Reserve => pr
+                .change(|s| s.legacy_reserve(nexus))
+                .await
+                .map(|()| Vec::new()),
+            Cdb::Release => pr
+                .change(|s| s.legacy_release(nexus))
+                .await
+                .map(|()| Vec::new()),
+            other => Ok(self.run_medium(g, other, data_out).await?),
+        }
+    }
+
+    async fn run_medium(&self, g: &Geometry, cdb: Cdb, data_out: &[u8]) -> Outcome {
         match cdb {
             Cdb::TestUnitReady | Cdb::PreventAllow { .. } => Ok(Vec::new()),
             Cdb::StartStopUnit { .. } => Ok(Vec::new()),
@@ -197,7 +271,12 @@ impl Lun {
             }
             Cdb::ReportLuns { select, alloc } => report_luns(select, alloc),
             Cdb::ReportSupportedOpcodes { .. } => opcodes::report(&cdb),
-            Cdb::Unsupported { .. } => Err(Sense::invalid_opcode()),
+            // Reservation commands are answered by `run`, before this.
+            Cdb::Unsupported { .. }
+            | Cdb::PersistentReserveIn { .. }
+            | Cdb::PersistentReserveOut { .. }
+            | Cdb::Reserve
+            | Cdb::Release => Err(Sense::invalid_opcode()),
         }
     }
 

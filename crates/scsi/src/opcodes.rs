@@ -24,6 +24,9 @@ const fn cmd(opcode: u8, service_action: Option<u16>, usage: &'static [u8]) -> C
     }
 }
 
+const PRIN_USAGE: [u8; 10] = [0x5e, 0x1f, 0, 0, 0, 0, 0, 0xff, 0xff, 0x07];
+const PROUT_USAGE: [u8; 10] = [0x5f, 0x1f, 0xff, 0, 0, 0xff, 0xff, 0xff, 0xff, 0x07];
+
 /// Every command the executor supports.
 pub const COMMANDS: &[Command] = &[
     cmd(op::TEST_UNIT_READY, None, &[0x00, 0, 0, 0, 0, 0x07]),
@@ -32,6 +35,8 @@ pub const COMMANDS: &[Command] = &[
     cmd(op::WRITE_6, None, &[0x0a, 0x1f, 0xff, 0xff, 0xff, 0x07]),
     cmd(op::INQUIRY, None, &[0x12, 0x01, 0xff, 0xff, 0xff, 0x07]),
     cmd(op::MODE_SELECT_6, None, &[0x15, 0x11, 0, 0, 0xff, 0x07]),
+    cmd(op::RESERVE_6, None, &[0x16, 0, 0, 0, 0, 0x07]),
+    cmd(op::RELEASE_6, None, &[0x17, 0, 0, 0, 0, 0x07]),
     cmd(
         op::MODE_SENSE_6,
         None,
@@ -98,6 +103,19 @@ pub const COMMANDS: &[Command] = &[
         None,
         &[0x5a, 0x18, 0xff, 0xff, 0, 0, 0, 0xff, 0xff, 0x07],
     ),
+    cmd(op::RESERVE_10, None, &[0x56, 0, 0, 0, 0, 0, 0, 0, 0, 0x07]),
+    cmd(op::RELEASE_10, None, &[0x57, 0, 0, 0, 0, 0, 0, 0, 0, 0x07]),
+    cmd(op::PERSISTENT_RESERVE_IN, Some(0), &PRIN_USAGE),
+    cmd(op::PERSISTENT_RESERVE_IN, Some(1), &PRIN_USAGE),
+    cmd(op::PERSISTENT_RESERVE_IN, Some(2), &PRIN_USAGE),
+    cmd(op::PERSISTENT_RESERVE_IN, Some(3), &PRIN_USAGE),
+    cmd(op::PERSISTENT_RESERVE_OUT, Some(0), &PROUT_USAGE),
+    cmd(op::PERSISTENT_RESERVE_OUT, Some(1), &PROUT_USAGE),
+    cmd(op::PERSISTENT_RESERVE_OUT, Some(2), &PROUT_USAGE),
+    cmd(op::PERSISTENT_RESERVE_OUT, Some(3), &PROUT_USAGE),
+    cmd(op::PERSISTENT_RESERVE_OUT, Some(4), &PROUT_USAGE),
+    cmd(op::PERSISTENT_RESERVE_OUT, Some(5), &PROUT_USAGE),
+    cmd(op::PERSISTENT_RESERVE_OUT, Some(6), &PROUT_USAGE),
     cmd(
         op::READ_16,
         None,

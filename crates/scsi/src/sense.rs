@@ -91,6 +91,8 @@ impl Asc {
     pub const LOGICAL_UNIT_NOT_SUPPORTED: Self = Self(0x25, 0x00);
     /// 26/00.
     pub const INVALID_FIELD_IN_PARAMETER_LIST: Self = Self(0x26, 0x00);
+    /// 26/04 INVALID RELEASE OF PERSISTENT RESERVATION.
+    pub const INVALID_RELEASE_OF_PR: Self = Self(0x26, 0x04);
     /// 27/00.
     pub const WRITE_PROTECTED: Self = Self(0x27, 0x00);
     /// 29/00.

@@ -86,7 +86,7 @@ fn read_only_refuses_writes() {
 
 #[test]
 fn unknown_opcode_is_invalid_opcode() {
-    let r = run(&lun(), &[0x16, 0, 0, 0, 0, 0], &[]);
+    let r = run(&lun(), &[0x04, 0, 0, 0, 0, 0], &[]);
     assert_eq!(asc(&r), Asc::INVALID_COMMAND_OPERATION_CODE);
 }
 
