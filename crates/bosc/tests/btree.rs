@@ -4,84 +4,25 @@
 //! on FaultyDisk, data and log alike) against a BTreeMap oracle. After every recovery every
 //! acknowledged operation is visible and nothing else.
 
+#[path = "support/faulty.rs"]
+mod faulty;
+
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use faulty::{engine_cfg, log_cfg, Disks, Rng};
 use mariner_bosc::btree::{BPlusTree, Key, LeafApp};
 use mariner_bosc::{Bosc, BoscConfig, Durability};
-use mariner_disk::{CrashMode, Disk, Faults, FaultyDisk};
-use mariner_log::{Log, LogConfig};
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 const BLOCKS: u64 = 192;
 const LOG_ID: u128 = 0xB7EE;
 
 fn cfg(budget: usize) -> BoscConfig {
-    BoscConfig {
-        block_bytes: 512,
-        block_count: BLOCKS,
-        max_run: 32,
-        min_pending_ratio: 0.5,
-        memory_budget_bytes: budget,
-        runs_per_cycle: 3,
-        background: None,
-    }
-}
-
-fn log_cfg() -> LogConfig {
-    LogConfig {
-        segment_bytes: 64 * 1024,
-        t_wait_ns: 0,
-        ..LogConfig::default()
-    }
-}
-
-struct Disks {
-    data: Faults,
-    log: Faults,
-    data_disk: Arc<dyn Disk>,
-    log_disk: Arc<dyn Disk>,
+    engine_cfg(BLOCKS, budget)
 }
 
 impl Disks {
-    fn new(seed: u64, c: &BoscConfig) -> Self {
-        let data = FaultyDisk::new(0, seed);
-        let log = FaultyDisk::new(4 << 20, seed ^ 0x55);
-        let d = Self {
-            data: data.faults(),
-            log: log.faults(),
-            data_disk: Arc::new(data),
-            log_disk: Arc::new(log),
-        };
-        Bosc::<LeafApp>::format(d.data_disk.as_ref(), c).unwrap();
-        Log::format(&[Arc::clone(&d.log_disk)], &log_cfg(), LOG_ID).unwrap();
-        d
-    }
-
-    fn crash(self) -> Self {
-        let data = self.data.crash_with(CrashMode::Random);
-        let log = self.log.crash_with(CrashMode::Random);
-        Self {
-            data: data.faults(),
-            log: log.faults(),
-            data_disk: Arc::new(data),
-            log_disk: Arc::new(log),
-        }
-    }
-
     fn open(&self, c: &BoscConfig) -> BPlusTree {
         let durability = Durability::OwnLog {
             devices: vec![Arc::clone(&self.log_disk)],
@@ -123,7 +64,7 @@ fn check_all(t: &BPlusTree, o: &BTreeMap<Key, u64>) {
 fn run(seed: u64, steps: usize, budget: usize) -> (u64, u64, u64) {
     let mut rng = Rng(seed | 1);
     let c = cfg(budget);
-    let mut disks = Disks::new(seed, &c);
+    let mut disks = Disks::new::<LeafApp>(seed, &c, 4 << 20, LOG_ID);
     let mut tree = disks.open(&c);
     let mut o = BTreeMap::new();
     let mut crashes = 0;
@@ -225,7 +166,7 @@ fn btree_tight_budget_splits_with_reads() {
 #[test]
 fn half_done_split_is_repaired_at_open() {
     let c = cfg(1 << 20);
-    let disks = Disks::new(77, &c);
+    let disks = Disks::new::<LeafApp>(77, &c, 4 << 20, LOG_ID);
     let tree = disks.open(&c);
     // Below the split threshold (3/4 of a leaf): one leaf.
     let cap = tree.leaf_capacity() as u64 * 3 / 4 - 1;

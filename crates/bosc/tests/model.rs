@@ -3,12 +3,14 @@
 //! reordered and torn unsynced writes on FaultyDisk, data and log alike) against a BTreeMap
 //! oracle. After every recovery every acknowledged modification is visible and nothing else.
 
+#[path = "support/faulty.rs"]
+mod faulty;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use faulty::{engine_cfg, log_cfg, Disks, Rng};
 use mariner_bosc::{BlockApp, Bosc, BoscConfig, Durability};
-use mariner_disk::{CrashMode, Disk, Faults, FaultyDisk};
-use mariner_log::{Log, LogConfig};
 
 /// Payload = an array of u64 slots; a modification sets one slot: (slot u16, value u64).
 struct Slots;
@@ -29,76 +31,15 @@ fn slot_of(payload: &[u8], slot: usize) -> u64 {
     u64::from_le_bytes(payload[slot * 8..slot * 8 + 8].try_into().unwrap())
 }
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
 const BLOCKS: u64 = 96;
 const SLOTS: u64 = 8;
 const LOG_ID: u128 = 0xB05C;
 
 fn cfg(budget: usize) -> BoscConfig {
-    BoscConfig {
-        block_bytes: 512,
-        block_count: BLOCKS,
-        max_run: 32,
-        min_pending_ratio: 0.5,
-        memory_budget_bytes: budget,
-        runs_per_cycle: 3,
-        background: None,
-    }
-}
-
-fn log_cfg() -> LogConfig {
-    LogConfig {
-        segment_bytes: 64 * 1024,
-        t_wait_ns: 0,
-        ..LogConfig::default()
-    }
-}
-
-struct Disks {
-    data: Faults,
-    log: Faults,
-    data_disk: Arc<dyn Disk>,
-    log_disk: Arc<dyn Disk>,
+    engine_cfg(BLOCKS, budget)
 }
 
 impl Disks {
-    fn new(seed: u64, c: &BoscConfig) -> Self {
-        let data = FaultyDisk::new(0, seed);
-        let log = FaultyDisk::new(2 << 20, seed ^ 0x55);
-        let d = Self {
-            data: data.faults(),
-            log: log.faults(),
-            data_disk: Arc::new(data),
-            log_disk: Arc::new(log),
-        };
-        Bosc::<Slots>::format(d.data_disk.as_ref(), c).unwrap();
-        Log::format(&[Arc::clone(&d.log_disk)], &log_cfg(), LOG_ID).unwrap();
-        d
-    }
-
-    fn crash(self) -> Self {
-        let data = self.data.crash_with(CrashMode::Random);
-        let log = self.log.crash_with(CrashMode::Random);
-        Self {
-            data: data.faults(),
-            log: log.faults(),
-            data_disk: Arc::new(data),
-            log_disk: Arc::new(log),
-        }
-    }
-
     fn open(&self, c: &BoscConfig) -> Bosc<Slots> {
         self.open_report(c).0
     }
@@ -137,7 +78,7 @@ fn check_all(b: &Bosc<Slots>, oracle: &BTreeMap<(u64, u64), u64>) {
 fn run(seed: u64, steps: usize, budget: usize) -> u64 {
     let mut rng = Rng(seed | 1);
     let c = cfg(budget);
-    let mut disks = Disks::new(seed, &c);
+    let mut disks = Disks::new::<Slots>(seed, &c, 2 << 20, LOG_ID);
     let mut bosc = disks.open(&c);
     let mut oracle = BTreeMap::new();
     let mut crashes = 0;
