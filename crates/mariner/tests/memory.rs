@@ -10,9 +10,8 @@
 
 mod common;
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -140,74 +139,16 @@ fn require_root() {
     );
 }
 
-/// A file of pseudo-random bytes (SplitMix64), incompressible and free of zero blocks.
-fn random_file(path: &Path, len: u64, seed: u64) {
-    let mut f = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
-    let mut state = seed;
-    let mut buf = vec![0u8; 1 << 20];
-    for _ in 0..len / buf.len() as u64 {
-        for chunk in buf.chunks_mut(8) {
-            state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let mut z = state;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            chunk.copy_from_slice(&(z ^ (z >> 31)).to_le_bytes());
-        }
-        f.write_all(&buf).unwrap();
-    }
-    f.flush().unwrap();
-}
-
 /// Starts `mariner serve` as the first process of `cg` (the shell joins the cgroup, then execs
 /// the server, so the server and everything it allocates or caches is charged there).
 fn start_in_cgroup(cg: &Cgroup, data: &Path, extra: &[&str]) -> Server {
-    let log_path = data.with_extension("serve.log");
-    let log = std::fs::File::create(&log_path).unwrap();
-    let child = Command::new("sh")
+    let mut launcher = Command::new("sh");
+    launcher
         .arg("-c")
         .arg(r#"echo $$ > "$0" && exec "$@""#)
         .arg(cg.procs_file())
-        .arg(mariner_bin())
-        .arg("serve")
-        .arg("--data")
-        .arg(data)
-        .args(["--listen", "127.0.0.1:0"])
-        .args(["--iscsi-listen", "127.0.0.1:0"])
-        .args(extra)
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .unwrap();
-    let mut s = Server {
-        child: Some(child),
-        data: data.to_path_buf(),
-        nbd: String::new(),
-        log_path,
-    };
-    s.nbd = wait_ready(&mut s);
-    s
-}
-
-fn wait_ready(s: &mut Server) -> String {
-    let start = Instant::now();
-    loop {
-        let ports = std::fs::read_to_string(s.data.join("ports.json")).unwrap_or_default();
-        if let Ok(v) = serde_json::from_str::<serde_json::Value>(&ports) {
-            if let Some(a) = v["nbd"][0].as_str() {
-                return a.to_string();
-            }
-        }
-        if let Some(status) = s.child.as_mut().unwrap().try_wait().unwrap() {
-            panic!("mariner serve exited with {status}: {}", s.log());
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "server not ready: {}",
-            s.log()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+        .arg(mariner_bin());
+    Server::launch(launcher, data, extra)
 }
 
 /// The server's peak resident set (VmHWM), from /proc.

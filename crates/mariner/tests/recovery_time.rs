@@ -47,24 +47,6 @@ fn metric(text: &str, name: &str) -> Option<f64> {
         .and_then(|v| v.parse().ok())
 }
 
-/// A file of pseudo-random bytes (SplitMix64), incompressible and free of zero blocks.
-fn random_file(path: &Path, len: u64, seed: u64) {
-    let mut f = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
-    let mut state = seed;
-    let mut buf = vec![0u8; 1 << 20];
-    for _ in 0..len / buf.len() as u64 {
-        for chunk in buf.chunks_mut(8) {
-            state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let mut z = state;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            chunk.copy_from_slice(&(z ^ (z >> 31)).to_le_bytes());
-        }
-        f.write_all(&buf).unwrap();
-    }
-    f.flush().unwrap();
-}
-
 /// Runs `cmd` to completion within `limit`, or fails saying what probably happened.
 fn run_within(cmd: &mut Command, limit: Duration, what: &str) {
     let mut child = cmd.spawn().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));

@@ -48,6 +48,13 @@ impl Server {
     /// Starts `mariner serve --data <data> --listen 127.0.0.1:0 <extra...>` and waits until it
     /// serves.
     pub fn start(data: &Path, extra: &[&str]) -> Server {
+        Self::launch(Command::new(mariner_bin()), data, extra)
+    }
+
+    /// Like [`Server::start`], with the `serve` arguments appended to `cmd`: either the
+    /// binary itself or a launcher that ends by running the binary (e.g. a shell that joins
+    /// a cgroup, then `exec "$@"`).
+    pub fn launch(mut cmd: Command, data: &Path, extra: &[&str]) -> Server {
         let log_path = data.with_extension("serve.log");
         let log = std::fs::OpenOptions::new()
             .create(true)
@@ -55,7 +62,7 @@ impl Server {
             .open(&log_path)
             .unwrap();
         let _ = std::fs::remove_file(data.join("ports.json"));
-        let child = Command::new(mariner_bin())
+        let child = cmd
             .arg("serve")
             .arg("--data")
             .arg(data)
@@ -371,4 +378,23 @@ impl Server {
             .unwrap_or_else(|| panic!("no iSCSI address in ports.json: {text}"))
             .to_string()
     }
+}
+
+/// A file of pseudo-random bytes (SplitMix64), incompressible and free of zero blocks.
+pub fn random_file(path: &Path, len: u64, seed: u64) {
+    use std::io::Write;
+    let mut f = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+    let mut state = seed;
+    let mut buf = vec![0u8; 1 << 20];
+    for _ in 0..len / buf.len() as u64 {
+        for chunk in buf.chunks_mut(8) {
+            state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = state;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            chunk.copy_from_slice(&(z ^ (z >> 31)).to_le_bytes());
+        }
+        f.write_all(&buf).unwrap();
+    }
+    f.flush().unwrap();
 }
