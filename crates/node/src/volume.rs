@@ -195,17 +195,12 @@ impl Volume {
     async fn write_locked(&self, offset: u64, data: Bytes) -> Result<(), ExportError> {
         let m = self.check(offset, data.len() as u64, true)?;
         let max = self.log.max_payload() as usize;
-        let mut at = 0usize;
-        // Each request is one record (atomic) when it fits; larger ones are split.
-        while at < data.len() || data.is_empty() {
-            let n = max.min(data.len() - at);
-            let part = data.slice(at..at + n);
+        // Each request is one record (atomic) when it fits; larger ones are split. An empty
+        // write has nothing to make durable.
+        for at in (0..data.len()).step_by(max.max(1)) {
+            let part = data.slice(at..data.len().min(at + max));
             self.append(Entry::write(m.id, offset + at as u64, part))
                 .await?;
-            at += n;
-            if data.is_empty() {
-                break;
-            }
         }
         self.stats.writes.fetch_add(1, Relaxed);
         self.stats.write_bytes.fetch_add(data.len() as u64, Relaxed);
