@@ -229,15 +229,10 @@ impl Store {
     }
 
     fn accept(&self, records: &[Durable], keep_payload: bool) {
-        let mut budget_used = self.stats.queued_payload_bytes.load(Relaxed);
         let mut items = Vec::with_capacity(records.len());
         for d in records {
             self.map_overlay(d);
-            let len = d.payload.len() as u64;
-            let keep = keep_payload && budget_used + len <= self.cfg.payload_budget_bytes;
-            if keep {
-                budget_used += len;
-            }
+            let keep = keep_payload && self.reserve_payload(d.payload.len() as u64);
             let payload = keep.then(|| d.payload.clone());
             items.push((
                 d.header.seq,
@@ -248,7 +243,6 @@ impl Store {
                 },
             ));
         }
-        self.stats.queued_payload_bytes.store(budget_used, Relaxed);
         if let Ok(mut q) = self.queue.lock() {
             for (seq, item) in items {
                 q.items.insert(seq, item);
@@ -258,6 +252,18 @@ impl Store {
                 .store(q.items.len() as u64, Relaxed);
         }
         self.wake.notify_all();
+    }
+
+    /// Takes `len` bytes of the payload budget, atomically: several log devices hand records
+    /// over concurrently, and the applier gives bytes back as it applies.
+    fn reserve_payload(&self, len: u64) -> bool {
+        let budget = self.cfg.payload_budget_bytes;
+        self.stats
+            .queued_payload_bytes
+            .fetch_update(Relaxed, Relaxed, |used| {
+                used.checked_add(len).filter(|&n| n <= budget)
+            })
+            .is_ok()
     }
 
     fn map_overlay(&self, d: &Durable) {
