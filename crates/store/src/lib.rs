@@ -282,7 +282,7 @@ impl Store {
         if let Ok(mut o) = image.overlay.lock() {
             o.insert(h.offset, h.offset + u64::from(h.length), h.seq, src);
             self.stats.overlay_extents.store(o.len() as u64, Relaxed);
-        }
+        };
     }
 
     fn check_range(image: &Image, offset: u64, len: u64) -> Result<(), StoreError> {
