@@ -19,8 +19,9 @@ use crate::targets::Targets;
 use crate::task::{self, Command, Completion};
 use crate::text;
 
-/// ASC/ASCQ 4B/00: DATA PHASE ERROR.
-const DATA_PHASE_ERROR: Asc = Asc(0x4b, 0x00);
+/// ASC/ASCQ 47/05: PROTOCOL SERVICE CRC ERROR, the iSCSI condition for a command ended by a
+/// data sequence error (RFC 7143 §7.8 and §11.4.7.2).
+const PROTOCOL_SERVICE_CRC_ERROR: Asc = Asc(0x47, 0x05);
 
 /// TMF response codes (RFC 7143 §11.6.1).
 mod tmf {
@@ -45,6 +46,11 @@ struct PendingWrite {
     r2t_end: Option<u32>,
     /// DataSN expected on the next Data-Out of the current sequence.
     data_sn: u32,
+    /// The task set's epoch when the command arrived: a reset since then aborted it.
+    epoch: u64,
+    /// A Data-Out broke the sequence: the command fails once the initiator has sent the
+    /// rest of the outstanding burst.
+    broken: bool,
 }
 
 /// A task running on the LUN. `tag` tells its completion apart from that of an aborted
@@ -54,8 +60,13 @@ struct Running {
     abort: AbortHandle,
 }
 
-/// A completion on its way back to the session loop.
-type Done = (u64, Completion);
+/// What spawned work hands back to the session loop.
+enum Event {
+    /// A task finished (its tag, then what it produced).
+    Completed(u64, Completion),
+    /// A task management function that had to wait (a reset) is done: its ITT and response.
+    TmfDone { itt: u32, response: u8 },
+}
 
 pub(crate) struct Session {
     kind: SessionKind,
@@ -73,10 +84,14 @@ pub(crate) struct Session {
     /// an ABORT TASK consumed before its command arrived.
     held: HashMap<u32, Option<Pdu>>,
     next_tag: u64,
-    done_tx: mpsc::UnboundedSender<Done>,
-    done_rx: Option<mpsc::UnboundedReceiver<Done>>,
+    done_tx: mpsc::UnboundedSender<Event>,
+    done_rx: Option<mpsc::UnboundedReceiver<Event>>,
     next_ttt: u32,
     text_buf: Vec<u8>,
+    /// Resets whose response waits for the aborted tasks to be gone.
+    resets_waiting: usize,
+    /// A logout that arrived while resets were waiting: answered after their responses.
+    logout_waiting: Option<Pdu>,
 }
 
 /// Sense data length prefix + fixed sense.
@@ -126,6 +141,8 @@ impl Session {
             done_rx: Some(done_rx),
             next_ttt: 1,
             text_buf: Vec::new(),
+            resets_waiting: 0,
+            logout_waiting: None,
         }
     }
 
@@ -148,7 +165,11 @@ impl Session {
         stream: &mut TcpStream,
         io: &mut PduStream,
     ) -> Result<(), ConnectionError> {
+        // The session is the I_T nexus: it exists, and collects unit attentions, while the
+        // session lasts.
+        let attached = self.lun().map(|lun| lun.unit().attach(&self.nexus));
         let result = self.serve(stream, io).await;
+        drop(attached);
         // The I_T nexus ends with the session (logout or connection loss): an SPC-2
         // reservation it held goes with it.
         if let Some(lun) = self.lun() {
@@ -168,7 +189,7 @@ impl Session {
         };
         loop {
             let (out, close) = tokio::select! {
-                Some((tag, completion)) = done_rx.recv() => (self.complete(tag, completion), false),
+                Some(event) = done_rx.recv() => self.event(event),
                 req = io.read(&mut rd) => match req? {
                     Some(req) => self.handle(req),
                     None => return Ok(()),
@@ -234,6 +255,10 @@ impl Session {
             Opcode::DataOut => self.data_out(req),
             Opcode::TaskMgmtRequest => self.task_mgmt(&req),
             Opcode::TextRequest => (self.text(&req), false),
+            Opcode::LogoutRequest if self.resets_waiting > 0 => {
+                self.logout_waiting = Some(req);
+                (Vec::new(), false)
+            }
             Opcode::LogoutRequest => (self.logout(&req), true),
             Opcode::SnackRequest => (vec![self.reject(&req, 0x04)], false),
             _ => (vec![self.reject(&req, 0x05)], false),
@@ -307,6 +332,8 @@ impl Session {
             r2t_sn: 0,
             r2t_end: None,
             data_sn: 0,
+            epoch: self.lun().map_or(0, |lun| lun.unit().epoch()),
+            broken: false,
         };
         task.data[..req.data.len()].copy_from_slice(&req.data);
         // Unsolicited Data-Out may follow up to FirstBurstLength unless InitialR2T=Yes.
@@ -336,6 +363,13 @@ impl Session {
     }
 
     fn start_write(&mut self, itt: u32, mut task: PendingWrite) {
+        if self
+            .lun()
+            .is_some_and(|lun| lun.unit().epoch() != task.epoch)
+        {
+            // A reset from another session aborted the command while its data arrived.
+            return;
+        }
         self.start(Command {
             itt,
             lun_id: task.lun,
@@ -346,7 +380,9 @@ impl Session {
         });
     }
 
-    /// Runs `cmd` as a task of this session.
+    /// Runs `cmd` as a task of this session, in the unit's task set: an ABORT TASK or a
+    /// reset of this session aborts it through its handle, a reset from another session
+    /// through its ticket.
     fn start(&mut self, cmd: Command) {
         let Some(lun) = self.lun() else { return };
         let tag = self.next_tag;
@@ -354,13 +390,41 @@ impl Session {
         let itt = cmd.itt;
         let tx = self.done_tx.clone();
         let nexus = self.nexus.clone();
+        let mut ticket = lun.unit().enter();
         let handle = tokio::spawn(async move {
-            let completion = task::run(lun, nexus, cmd).await;
+            let completion = tokio::select! {
+                c = task::run(lun, nexus, cmd) => c,
+                () = ticket.aborted() => return,
+            };
+            drop(ticket);
             // The session may be gone; then nobody wants the answer.
-            let _ = tx.send((tag, completion));
+            let _ = tx.send(Event::Completed(tag, completion));
         });
         let abort = handle.abort_handle();
         self.running.insert(itt, Running { tag, abort });
+    }
+
+    /// Turns an event into the PDUs to send; returns whether to close.
+    fn event(&mut self, event: Event) -> (Vec<Pdu>, bool) {
+        match event {
+            Event::Completed(tag, completion) => (self.complete(tag, completion), false),
+            Event::TmfDone { itt, response } => {
+                self.resets_waiting = self.resets_waiting.saturating_sub(1);
+                let mut out = vec![self.tmf_response(itt, response)];
+                // The task management request came first: its response goes before the
+                // logout's.
+                if self.resets_waiting > 0 {
+                    return (out, false);
+                }
+                match self.logout_waiting.take() {
+                    Some(logout) => {
+                        out.extend(self.logout(&logout));
+                        (out, true)
+                    }
+                    None => (out, false),
+                }
+            }
+        }
     }
 
     /// Turns a completion into data-in and response PDUs, unless its task was aborted.
@@ -403,15 +467,27 @@ impl Session {
         let offset = req.u32_at(40);
         let end = offset as u64 + req.data.len() as u64;
         let data_sn = req.u32_at(36);
-        if offset != task.received || end > u64::from(task.edtl) || data_sn != task.data_sn {
-            // ErrorRecoveryLevel 0 cannot recover a sequence error within the command: reject
-            // the PDU and end the command with ABORTED COMMAND / DATA PHASE ERROR, nothing
-            // written. The session stays up, so initiators see a failed command rather than a
-            // reset connection (on which a client still writing gets SIGPIPE).
-            let sense = Sense::new(SenseKey::AbortedCommand, DATA_PHASE_ERROR);
-            let reject = self.reject(&req, 0x09);
-            let resp = self.response(itt, Status::CheckCondition, Some(&sense), 0, 0);
-            return (vec![reject, resp], false);
+        let mut out = Vec::new();
+        if !task.broken
+            && (offset != task.received || end > u64::from(task.edtl) || data_sn != task.data_sn)
+        {
+            // A DataSN or offset out of sequence means an earlier Data-Out was lost (RFC 7143
+            // §7.9), which ErrorRecoveryLevel 0 cannot recover within the command (no recovery
+            // R2T): reject the PDU and end the command with CHECK CONDITION, nothing written,
+            // once the initiator has sent the rest of the burst (§7.8 option b). The session
+            // stays up, so initiators see a failed command rather than a reset connection (on
+            // which a client still writing gets SIGPIPE).
+            task.broken = true;
+            out.push(self.reject(&req, 0x09));
+        }
+        if task.broken {
+            if !req.is_final() {
+                self.pending.insert(itt, task);
+                return (out, false);
+            }
+            let sense = Sense::new(SenseKey::AbortedCommand, PROTOCOL_SERVICE_CRC_ERROR);
+            out.push(self.response(itt, Status::CheckCondition, Some(&sense), 0, 0));
+            return (out, false);
         }
         task.data[offset as usize..end as usize].copy_from_slice(&req.data);
         task.received = end as u32;
@@ -484,25 +560,57 @@ impl Session {
                 self.abort_all();
                 tmf::COMPLETE
             }
-            // LOGICAL UNIT RESET and target resets also release an SPC-2 reservation.
-            5..=7 => {
-                self.abort_all();
-                if let Some(lun) = self.lun() {
-                    lun.reservations().reset();
-                }
-                tmf::COMPLETE
-            }
+            5..=7 => match self.reset(req.itt(), function == 5) {
+                Some(code) => code,
+                // Answered once the aborted tasks are gone.
+                None => return (Vec::new(), false),
+            },
             3 => tmf::UNSUPPORTED,
             8 => tmf::REASSIGN_UNSUPPORTED,
             _ => tmf::REJECTED,
         };
-        let mut p = Pdu::new(Opcode::TaskMgmtResponse);
-        p.bhs[2] = response;
-        p.set_itt(req.itt());
-        self.stamp(&mut p, true);
-        let mut out = vec![p];
+        let mut out = vec![self.tmf_response(req.itt(), response)];
         out.extend(after.0);
         (out, after.1)
+    }
+
+    fn tmf_response(&mut self, itt: u32, response: u8) -> Pdu {
+        let mut p = Pdu::new(Opcode::TaskMgmtResponse);
+        p.bhs[2] = response;
+        p.set_itt(itt);
+        self.stamp(&mut p, true);
+        p
+    }
+
+    /// LOGICAL UNIT RESET (`lun_reset`) or TARGET WARM/COLD RESET: aborts every task of the
+    /// unit, this session's and every other session's, and releases an SPC-2 reservation.
+    /// The response goes out (as an [`Event::TmfDone`]) once the aborted tasks are gone
+    /// (RFC 7143 "Task Management Actions on Task Sets"; SAM-5), so `None` is returned; a
+    /// discovery session, which has no unit, gets its response at once.
+    ///
+    /// A LUN reset also establishes the unit attention BUS DEVICE RESET FUNCTION OCCURRED for
+    /// every nexus, this one included. Target resets establish none: initiators that issue
+    /// them (libiscsi's Reserve6 suite) carry on in the same session without clearing one.
+    fn reset(&mut self, itt: u32, lun_reset: bool) -> Option<u8> {
+        self.abort_all();
+        let Some(lun) = self.lun() else {
+            return Some(tmf::COMPLETE);
+        };
+        let tx = self.done_tx.clone();
+        self.resets_waiting += 1;
+        tokio::spawn(async move {
+            if lun_reset {
+                lun.reset().await;
+            } else {
+                lun.unit().reset(None).await;
+                lun.reservations().reset();
+            }
+            let _ = tx.send(Event::TmfDone {
+                itt,
+                response: tmf::COMPLETE,
+            });
+        });
+        None
     }
 
     /// Aborts every task of the session: waiting for data-out or running. None of them

@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use mariner_scsi::pr::Access;
 use mariner_scsi::{data_out_len, Asc, Cdb, Lun, Nexus, Sense, SenseKey, Status};
 
 /// SCSI Response flag: residual overflow (the command wanted more than EDTL).
@@ -68,6 +69,12 @@ pub(crate) async fn run(lun: Arc<Lun>, nexus: Arc<Nexus>, cmd: Command) -> Compl
         // length means the NUMBER OF LOGICAL BLOCKS field is wrong. Nothing is written.
         return Completion::check(&cmd, Sense::invalid_field_in_cdb(13), 0, 0);
     }
+    if expected_out < edtl && matches!(parsed, Ok(Cdb::WriteSame { ndob: false, .. })) {
+        // WRITE SAME's data-out is one block by definition: more is a malformed command, not
+        // a short transfer. (Less is refused below, as for any command but WRITE.)
+        let sense = Sense::new(SenseKey::IllegalRequest, Asc::INVALID_FIELD_IN_COMMAND_IU);
+        return Completion::check(&cmd, sense, UNDERFLOW, (edtl - expected_out) as u32);
+    }
     if expected_out > edtl {
         return run_overflow(&lun, &nexus, &cmd, parsed, (expected_out - edtl) as u32).await;
     }
@@ -105,11 +112,19 @@ async fn run_overflow(
     parsed: Result<Cdb, Sense>,
     resid: u32,
 ) -> Completion {
-    if matches!(parsed, Ok(Cdb::Write { .. } | Cdb::WriteAndVerify { .. })) {
-        // Process the write without transferring data beyond EDTL (whole blocks).
-        let resp = lun
-            .execute_truncated_write_as(nexus, &cmd.cdb, &cmd.data)
-            .await;
+    let writes = matches!(&parsed, Ok(c) if Access::of(c) == Access::Write);
+    if matches!(parsed, Ok(Cdb::Write { .. } | Cdb::WriteAndVerify { .. }))
+        || (writes && lun.geometry().read_only)
+    {
+        // Process the write without transferring data beyond EDTL (whole blocks). On a
+        // write-protected unit any command that writes fails with WRITE PROTECTED whatever
+        // data came with it: the unit answers before it looks at the data.
+        let resp = if lun.geometry().read_only {
+            lun.execute_as(nexus, &cmd.cdb, &cmd.data).await
+        } else {
+            lun.execute_truncated_write_as(nexus, &cmd.cdb, &cmd.data)
+                .await
+        };
         return Completion {
             itt: cmd.itt,
             lun_id: cmd.lun_id,
@@ -123,4 +138,46 @@ async fn run_overflow(
     // Other commands cannot be truncated meaningfully: refuse without writing.
     let sense = Sense::new(SenseKey::IllegalRequest, Asc::INVALID_FIELD_IN_COMMAND_IU);
     Completion::check(cmd, sense, OVERFLOW, resid)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mariner_scsi::MemoryBackend;
+
+    fn write_command(cdb: &[u8], data: Vec<u8>) -> Command {
+        let mut c = [0u8; 16];
+        c[..cdb.len()].copy_from_slice(cdb);
+        Command {
+            itt: 1,
+            lun_id: 0,
+            cdb: c,
+            edtl: data.len() as u32,
+            data,
+            write: true,
+        }
+    }
+
+    #[tokio::test]
+    async fn write_same_data_out_must_be_exactly_one_block() {
+        let lun = Arc::new(Lun::new(Arc::new(MemoryBackend::new("t", 512, 64))));
+        let nexus = Arc::new(Nexus::iscsi("i", [0; 6]));
+        let mut cdb = [0u8; 16];
+        cdb[0] = 0x93;
+        cdb[1] = 0x08; // UNMAP
+        cdb[13] = 1;
+        for len in [256, 1024] {
+            let cmd = write_command(&cdb, vec![0; len]);
+            let done = run(lun.clone(), nexus.clone(), cmd).await;
+            assert_eq!(
+                done.status,
+                Status::CheckCondition,
+                "data-out of {len} bytes"
+            );
+            let sense = done.sense.expect("sense data");
+            assert_eq!(sense.asc, Asc::INVALID_FIELD_IN_COMMAND_IU);
+        }
+        let done = run(lun, nexus, write_command(&cdb, vec![0; 512])).await;
+        assert_eq!((done.status, done.flag), (Status::Good, 0));
+    }
 }

@@ -1,6 +1,9 @@
 //! The per-connection task set over a real socket: commands run concurrently (a later command
 //! finishes before an earlier, blocked one), ABORT TASK and LUN RESET abort running tasks (no
 //! response is ever sent for them), and non-immediate requests are delivered in CmdSN order.
+//! The unit's task set across sessions: a LUN RESET from one session aborts another's tasks
+//! and leaves a unit attention for both. A Data-Out out of sequence fails its command once
+//! the burst is over.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -55,6 +58,9 @@ impl BlockBackend for Gated {
     ) -> Result<CompareOutcome, BackendError> {
         self.inner.compare_and_write(lba, expected, data).await
     }
+    async fn or_write(&self, lba: u64, data: &[u8]) -> Result<(), BackendError> {
+        self.inner.or_write(lba, data).await
+    }
     async fn lba_status(&self, lba: u64) -> Result<(Provisioning, u64), BackendError> {
         self.inner.lba_status(lba).await
     }
@@ -69,6 +75,11 @@ struct Client {
 
 impl Client {
     async fn login(addr: std::net::SocketAddr) -> Self {
+        Self::login_as(addr, 0).await
+    }
+
+    /// Logs in with the last ISID byte `isid`: another I_T nexus for each value.
+    async fn login_as(addr: std::net::SocketAddr, isid: u8) -> Self {
         let s = TcpStream::connect(addr).await.unwrap();
         let mut c = Client {
             s,
@@ -80,6 +91,7 @@ impl Client {
         p.bhs[0] |= 0x40;
         p.bhs[1] = 0x87; // transit, operational → full feature
         p.bhs[8] = 0x80;
+        p.bhs[13] = isid;
         p.set_u32(24, 1);
         let keys = [("InitiatorName", "iqn.init"), ("TargetName", IQN)];
         let owned: Vec<(String, String)> = keys
@@ -164,14 +176,60 @@ impl Client {
 
     /// Skips Data-In PDUs; returns the ITT and status of the next SCSI Response.
     async fn response(&mut self) -> (u32, u8) {
+        let p = self.response_pdu().await;
+        (p.itt(), p.bhs[3])
+    }
+
+    /// Skips Data-In PDUs; returns the next SCSI Response.
+    async fn response_pdu(&mut self) -> Pdu {
         loop {
             let p = self.recv().await;
             match p.opcode() {
                 Opcode::DataIn => {}
-                Opcode::ScsiResponse => return (p.itt(), p.bhs[3]),
+                Opcode::ScsiResponse => return p,
                 other => panic!("unexpected {other:?}"),
             }
         }
+    }
+
+    /// Sends TEST UNIT READY; returns the status and, for CHECK CONDITION, the sense key and
+    /// ASC/ASCQ.
+    async fn test_unit_ready(&mut self, itt: u32) -> (u8, Option<(u8, u8, u8)>) {
+        let mut p = Pdu::new(Opcode::ScsiCommand);
+        p.bhs[1] = 0x80 | 0x01;
+        p.set_itt(itt);
+        let sn = self.next_sn();
+        p.set_u32(24, sn);
+        self.send(&p).await;
+        let r = self.response_pdu().await;
+        // The data segment is a 2-byte length, then fixed-format sense.
+        let sense = (r.data.len() >= 16).then(|| (r.data[4] & 0x0f, r.data[14], r.data[15]));
+        (r.bhs[3], sense)
+    }
+
+    /// A WRITE(10) of `blocks` blocks at LBA 0 whose data is all solicited.
+    fn write10(&mut self, itt: u32, blocks: u8) -> Pdu {
+        let mut p = Pdu::new(Opcode::ScsiCommand);
+        p.bhs[1] = 0x80 | 0x20 | 0x01;
+        p.set_itt(itt);
+        p.set_u32(20, u32::from(blocks) * 512);
+        let sn = self.next_sn();
+        p.set_u32(24, sn);
+        p.bhs[32] = 0x2a;
+        p.bhs[40] = blocks;
+        p
+    }
+
+    /// A Data-Out of one block for `itt` at `offset`, with DataSN `data_sn`.
+    fn data_out(itt: u32, ttt: u32, data_sn: u32, offset: u32, last: bool) -> Pdu {
+        let mut p = Pdu::new(Opcode::DataOut);
+        p.bhs[1] = if last { 0x80 } else { 0 };
+        p.set_itt(itt);
+        p.set_u32(20, ttt);
+        p.set_u32(36, data_sn);
+        p.set_u32(40, offset);
+        p.data = vec![0xa5; 512];
+        p
     }
 }
 
@@ -275,4 +333,91 @@ async fn requests_are_delivered_in_cmd_sn_order() {
     assert_eq!((a.opcode(), a.itt()), (Opcode::NopIn, 50));
     assert_eq!((b.opcode(), b.itt()), (Opcode::NopIn, 51));
     assert_eq!(b.u32_at(28), second.wrapping_add(1), "ExpCmdSN past both");
+}
+
+#[tokio::test]
+async fn lun_reset_aborts_another_sessions_task_and_leaves_a_unit_attention_for_both() {
+    let (addr, gate) = start().await;
+    let mut a = Client::login_as(addr, 1).await;
+    let mut b = Client::login_as(addr, 2).await;
+    let (blocked, _) = a.read10(60, GATED_LBA as u32);
+    a.send(&blocked).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let tmf = b.tmf(5, 70, 0xffff_ffff, 0);
+    b.send(&tmf).await;
+    let r = b.recv().await;
+    assert_eq!(
+        (r.opcode(), r.itt(), r.bhs[2]),
+        (Opcode::TaskMgmtResponse, 70, 0)
+    );
+    gate.add_permits(1);
+    a.quiet(200).await;
+    // CHECK CONDITION, UNIT ATTENTION, BUS DEVICE RESET FUNCTION OCCURRED, reported once.
+    let ua = (2, Some((0x6, 0x29, 0x03)));
+    assert_eq!(a.test_unit_ready(61).await, ua);
+    assert_eq!(a.test_unit_ready(62).await, (0, None));
+    assert_eq!(b.test_unit_ready(71).await, ua, "the resetting nexus too");
+    assert_eq!(b.test_unit_ready(72).await, (0, None));
+    // A session logged in after the reset is a new nexus: nothing pending.
+    let mut c = Client::login_as(addr, 3).await;
+    assert_eq!(c.test_unit_ready(80).await, (0, None));
+}
+
+#[tokio::test]
+async fn a_data_sn_out_of_sequence_fails_the_write_once_the_burst_is_over() {
+    let (addr, _gate) = start().await;
+    let mut c = Client::login(addr).await;
+    let cmd = c.write10(90, 2);
+    c.send(&cmd).await;
+    let r2t = c.recv().await;
+    assert_eq!((r2t.opcode(), r2t.u32_at(44)), (Opcode::R2t, 1024));
+    let ttt = r2t.u32_at(20);
+    // DataSN 1 first: the PDU carrying DataSN 0 was lost.
+    c.send(&Client::data_out(90, ttt, 1, 0, false)).await;
+    let reject = c.recv().await;
+    assert_eq!((reject.opcode(), reject.bhs[2]), (Opcode::Reject, 0x09));
+    c.quiet(100).await;
+    c.send(&Client::data_out(90, ttt, 0, 512, true)).await;
+    let r = c.response_pdu().await;
+    assert_eq!((r.itt(), r.bhs[3]), (90, 2), "CHECK CONDITION");
+    assert_eq!(
+        (r.data[4] & 0x0f, r.data[14], r.data[15]),
+        (0xb, 0x47, 0x05),
+        "ABORTED COMMAND, PROTOCOL SERVICE CRC ERROR"
+    );
+    // Nothing was written.
+    let (read, _) = c.read10(91, 0);
+    c.send(&read).await;
+    let data_in = c.recv().await;
+    assert_eq!(data_in.opcode(), Opcode::DataIn);
+    assert!(data_in.data.iter().all(|b| *b == 0));
+}
+
+#[tokio::test]
+async fn a_logout_right_after_a_lun_reset_is_answered_after_the_reset() {
+    let (addr, _gate) = start().await;
+    let mut c = Client::login(addr).await;
+    let (blocked, _) = c.read10(100, GATED_LBA as u32);
+    c.send(&blocked).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let tmf = c.tmf(5, 101, 0xffff_ffff, 0);
+    let mut logout = Pdu::new(Opcode::LogoutRequest);
+    logout.bhs[1] = 0x80;
+    logout.set_itt(102);
+    let sn = c.next_sn();
+    logout.set_u32(24, sn);
+    let mut both = Vec::new();
+    tmf.encode(Digests::default(), &mut both);
+    logout.encode(Digests::default(), &mut both);
+    c.s.write_all(&both).await.unwrap();
+    let first = c.recv().await;
+    assert_eq!(
+        (first.opcode(), first.itt()),
+        (Opcode::TaskMgmtResponse, 101)
+    );
+    let second = c.recv().await;
+    assert_eq!(
+        (second.opcode(), second.itt()),
+        (Opcode::LogoutResponse, 102)
+    );
 }

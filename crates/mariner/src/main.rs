@@ -41,7 +41,7 @@ enum LogFormat {
 enum Command {
     /// Run the server (creates the data directory and a default volume on first use).
     Serve(ServeArgs),
-    /// Create, list, inspect, grow or delete volumes on a running server.
+    /// Create, list, inspect, grow, change or delete volumes on a running server.
     #[command(subcommand)]
     Volume(VolumeCmd),
     /// Inspect log devices offline.
@@ -111,6 +111,11 @@ enum VolumeCmd {
         /// Size, e.g. 10GiB.
         #[arg(long)]
         size: ByteSize,
+        /// Logical block size in bytes: 512, 1024, 2048 or 4096 [default: the server's
+        /// volume.block_size, 512]. Volumes with blocks under 4096 bytes report 4096-byte
+        /// physical blocks over iSCSI.
+        #[arg(long)]
+        block_size: Option<u32>,
         #[command(flatten)]
         target: Target,
     },
@@ -137,6 +142,16 @@ enum VolumeCmd {
         /// New size, e.g. 20GiB.
         #[arg(long)]
         size: ByteSize,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Change a volume's settings.
+    Set {
+        name: String,
+        /// Refuse every write (NBD: read-only export, EPERM; iSCSI: write-protected, DATA
+        /// PROTECT) until set back to false. Kept across restarts.
+        #[arg(long, value_name = "true|false")]
+        read_only: Option<bool>,
         #[command(flatten)]
         target: Target,
     },
@@ -256,8 +271,16 @@ fn checked(name: &str) -> Result<&str, String> {
 
 fn volume(c: VolumeCmd) -> Result<ExitCode, String> {
     let (target, value) = match c {
-        VolumeCmd::Create { name, size, target } => {
-            let body = serde_json::json!({ "name": name, "size_bytes": size.as_u64() });
+        VolumeCmd::Create {
+            name,
+            size,
+            block_size,
+            target,
+        } => {
+            let mut body = serde_json::json!({ "name": name, "size_bytes": size.as_u64() });
+            if let Some(bs) = block_size {
+                body["block_size"] = serde_json::json!(bs);
+            }
             let v = client::request(&target.data, "POST", "/v1/volumes", Some(&body))?;
             (target, v)
         }
@@ -279,6 +302,17 @@ fn volume(c: VolumeCmd) -> Result<ExitCode, String> {
         VolumeCmd::Grow { name, size, target } => {
             let body = serde_json::json!({ "size_bytes": size.as_u64() });
             let path = format!("/v1/volumes/{}/grow", checked(&name)?);
+            let v = client::request(&target.data, "POST", &path, Some(&body))?;
+            (target, v)
+        }
+        VolumeCmd::Set {
+            name,
+            read_only,
+            target,
+        } => {
+            let read_only = read_only.ok_or("nothing to set: give --read-only true|false")?;
+            let body = serde_json::json!({ "read_only": read_only });
+            let path = format!("/v1/volumes/{}/read-only", checked(&name)?);
             let v = client::request(&target.data, "POST", &path, Some(&body))?;
             (target, v)
         }

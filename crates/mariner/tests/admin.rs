@@ -1,6 +1,7 @@
-//! End-to-end tests of operating Mariner: the volume CLI over the admin socket, the data
-//! directory's lock and identity checks, configuration errors, the offline log tools,
-//! `/metrics`, graceful shutdown and the beyond-loopback warning.
+//! End-to-end tests of operating Mariner: the volume CLI over the admin socket (including the
+//! read-only flag, as NBD and iSCSI clients see it), the data directory's lock and identity
+//! checks, configuration errors, the offline log tools, `/metrics`, graceful shutdown and the
+//! beyond-loopback warning.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 #![allow(clippy::big_endian_bytes)] // the NBD wire is big-endian
 
@@ -132,6 +133,36 @@ fn volume_create_list_info_grow_delete() {
     let created = json(&s, &["volume", "create", "data_2.x", "--size", "8MiB"]);
     assert_eq!(created["name"], "data_2.x", "{created}");
     assert_eq!(created["size_bytes"].as_u64(), Some(8 * MIB), "{created}");
+    assert_eq!(created["block_size"].as_u64(), Some(512), "{created}");
+    let big = json(
+        &s,
+        &[
+            "volume",
+            "create",
+            "big-blocks",
+            "--size",
+            "8MiB",
+            "--block-size",
+            "4096",
+        ],
+    );
+    assert_eq!(big["block_size"].as_u64(), Some(4096), "{big}");
+    for bad in ["100", "8192"] {
+        refused(
+            &s,
+            &[
+                "volume",
+                "create",
+                "bb",
+                "--size",
+                "8MiB",
+                "--block-size",
+                bad,
+            ],
+            "block size",
+        );
+    }
+    ok(&s, &["volume", "delete", "big-blocks"]);
     assert_eq!(
         names(&json(&s, &["volume", "list"])),
         ["data-1", "data_2.x", "vol0"]
@@ -473,6 +504,9 @@ fn admin_api_rejects_malformed_requests_and_keeps_serving() {
         ("{\"name\":\"x\",\"size_bytes\":-1}", "/v1/volumes"),
         ("{\"name\":\"x\",\"size_bytes\":\"1\"}", "/v1/volumes"),
         ("{\"size_bytes\":1}", "/v1/volumes/vol0/grow"),
+        ("{}", "/v1/volumes/vol0/read-only"),
+        ("{\"read_only\":\"yes\"}", "/v1/volumes/vol0/read-only"),
+        ("{\"read_only\":true}", "/v1/volumes/nope/read-only"),
     ] {
         let code = json_post(body, path);
         assert!((400..500).contains(&code), "POST {path} {body}: {code}");
@@ -1028,4 +1062,138 @@ fn every_listen_address_is_served_and_recorded_in_ports_json() {
     );
     assert!(!s.log().contains("beyond loopback"), "{}", s.log());
     assert!(s.stop().success(), "{}", s.log());
+}
+
+/// One NBD request with a simple reply over a socket from [`nbd_connect`]; returns the reply's
+/// error code and, for a successful read, the data.
+#[allow(clippy::big_endian_bytes)]
+fn nbd_request(
+    s: &mut std::net::TcpStream,
+    kind: u16,
+    offset: u64,
+    data: &[u8],
+    len: u32,
+) -> (u32, Vec<u8>) {
+    use std::io::Read;
+    let mut r = Vec::with_capacity(28 + data.len());
+    r.extend_from_slice(&0x2560_9513u32.to_be_bytes());
+    r.extend_from_slice(&0u16.to_be_bytes());
+    r.extend_from_slice(&kind.to_be_bytes());
+    r.extend_from_slice(&7u64.to_be_bytes());
+    r.extend_from_slice(&offset.to_be_bytes());
+    r.extend_from_slice(&len.to_be_bytes());
+    r.extend_from_slice(data);
+    s.write_all(&r).unwrap();
+    let mut reply = [0u8; 16];
+    s.read_exact(&mut reply).unwrap();
+    assert_eq!(
+        reply[..4],
+        0x6744_6698u32.to_be_bytes(),
+        "simple reply magic"
+    );
+    let error = u32::from_be_bytes(reply[4..8].try_into().unwrap());
+    let mut out = Vec::new();
+    if kind == 0 && error == 0 {
+        out.resize(len as usize, 0);
+        s.read_exact(&mut out).unwrap();
+    }
+    (error, out)
+}
+
+const NBD_FLAG_READ_ONLY: u16 = 1 << 1;
+const NBD_EPERM: u32 = 1;
+
+#[test]
+fn volume_set_read_only_is_shown_kept_across_restarts_and_cleared() {
+    let (_dir, mut s) = small_server("read-only-flag");
+    let info = json(&s, &["volume", "info", "vol0"]);
+    assert_eq!(info["read_only_set"], false, "{info}");
+    let table = ok(&s, &["volume", "set", "vol0", "--read-only", "true"]);
+    let vol0 = row(&table, "vol0").unwrap_or_else(|| panic!("{table}"));
+    assert!(
+        vol0.contains("read-only: set read-only by an operator"),
+        "{table}"
+    );
+    let list = json(&s, &["volume", "list"]);
+    assert_eq!(list[0]["read_only_set"], true, "{list}");
+    assert_eq!(
+        list[0]["read_only"], "set read-only by an operator",
+        "{list}"
+    );
+    let meta = std::fs::read_to_string(s.data.join("volumes/vol0/volume.json")).unwrap();
+    assert!(meta.contains("\"read_only\": true"), "{meta}");
+    // The failure gauge stays for I/O errors.
+    assert_eq!(s.metric("mariner_volume_read_only{volume=\"vol0\"}"), 0.0);
+
+    s.restart_after_sigterm(SMALL);
+    assert_eq!(json(&s, &["volume", "info", "vol0"])["read_only_set"], true);
+    // Setting what is already set answers the same.
+    let again = json(&s, &["volume", "set", "vol0", "--read-only", "true"]);
+    assert_eq!(again["read_only_set"], true, "{again}");
+    let cleared = json(&s, &["volume", "set", "vol0", "--read-only", "false"]);
+    assert_eq!(cleared["read_only_set"], false, "{cleared}");
+    assert!(cleared["read_only"].is_null(), "{cleared}");
+    s.restart_after_sigterm(SMALL);
+    assert_eq!(
+        json(&s, &["volume", "info", "vol0"])["read_only_set"],
+        false
+    );
+
+    refused(&s, &["volume", "set", "vol0"], "nothing to set");
+    refused(
+        &s,
+        &["volume", "set", "nosuch", "--read-only", "true"],
+        "nosuch",
+    );
+    let o = s.cli(&["volume", "set", "vol0", "--read-only", "maybe"]);
+    assert!(!o.status.success(), "--read-only maybe accepted");
+    assert!(s.stop().success(), "{}", s.log());
+}
+
+#[test]
+fn a_read_only_volume_refuses_writes_over_nbd_and_iscsi_and_still_reads() {
+    require("qemu-io");
+    let (_dir, mut s) = small_server("read-only-clients");
+    let nbd = s.url("vol0");
+    let iscsi = format!("iscsi://{}/iqn.2026-11.dev.mariner:vol0/0", s.iscsi());
+    qemu_io(&nbd, &["write -P 0x5a 0 64k"]);
+    // A client connected before the flag is set keeps its (writable) transmission flags.
+    let (mut early, _, flags) = nbd_connect(&s.nbd, "vol0");
+    assert_eq!(flags & NBD_FLAG_READ_ONLY, 0);
+
+    ok(&s, &["volume", "set", "vol0", "--read-only", "true"]);
+    let (error, _) = nbd_request(&mut early, 1, 0, &[0x11; 4096], 4096);
+    assert_eq!(error, NBD_EPERM, "NBD write to a read-only volume");
+    let (error, data) = nbd_request(&mut early, 0, 0, &[], 4096);
+    assert_eq!((error, data), (0, vec![0x5a; 4096]), "NBD read");
+    let (_late, _, flags) = nbd_connect(&s.nbd, "vol0");
+    assert_ne!(flags & NBD_FLAG_READ_ONLY, 0, "NBD_FLAG_READ_ONLY");
+    // qemu opens neither export read-write: NBD says read-only, iSCSI MODE SENSE says WP.
+    for (url, why) in [(&nbd, "Permission denied"), (&iscsi, "write protected")] {
+        let out = Command::new("qemu-io")
+            .args(["-f", "raw", "-c", "write -P 0x11 0 4k"])
+            .arg(url)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "qemu-io wrote to {url}");
+        assert!(stderr(&out).contains(why), "{url}: {}", stderr(&out));
+        let out = run(Command::new("qemu-io")
+            .args(["-r", "-f", "raw", "-c", "read -P 0x5a 0 64k"])
+            .arg(url));
+        assert!(!out.contains("failed"), "qemu-io -r {url}:\n{out}");
+    }
+
+    ok(&s, &["volume", "set", "vol0", "--read-only", "false"]);
+    let (error, _) = nbd_request(&mut early, 1, 0, &[0x11; 4096], 4096);
+    assert_eq!(error, 0, "NBD write after the flag is cleared");
+    qemu_io(
+        &iscsi,
+        &[
+            "write -P 0x22 4k 4k",
+            "read -P 0x11 0 4k",
+            "read -P 0x22 4k 4k",
+        ],
+    );
+    drop(early);
+    s.assert_running();
 }

@@ -206,6 +206,51 @@ fn data_crosses_between_iscsi_and_nbd_and_survives_kill9() {
     assert_eq!(ini.read(2049, 7), b[512..], "NBD write lost by kill -9");
 }
 
+/// ORWRITE is atomic against every other writer of the volume. Two sessions OR bytes of their
+/// own into the second of two blocks (the first block's data-out is zeros) while an NBD client
+/// rewrites the first: an ORWRITE that read the first block before an NBD write and wrote it
+/// back after would undo that write (NBD reads back what it wrote, or the test fails), and one
+/// racing the other session would drop its bytes.
+#[test]
+fn orwrite_is_atomic_against_nbd_and_other_sessions() {
+    const ROUNDS: usize = 48;
+    const LBA: u64 = 4096;
+    let (_dir, s) = server("iscsi-orwrite", None);
+    let portal = s.iscsi();
+    std::thread::scope(|scope| {
+        for (session, name) in [INITIATOR_A, INITIATOR_B].into_iter().enumerate() {
+            let portal = portal.as_str();
+            scope.spawn(move || {
+                let mut ini = Initiator::login_as(portal, IQN, name);
+                for round in 0..ROUNDS {
+                    let mut data = vec![0u8; 1024];
+                    data[512 + session * ROUNDS + round] = 0xff;
+                    assert_eq!(ini.or_write(LBA, &data), 0, "ORWRITE status");
+                }
+            });
+        }
+        let nbd_addr = s.nbd.as_str();
+        scope.spawn(move || {
+            let mut nbd = Nbd::connect(nbd_addr, "vol0");
+            for round in 1..=ROUNDS {
+                let block = vec![round as u8; 512];
+                nbd.write(LBA * 512, &block);
+                let back = nbd.read(LBA * 512, 512);
+                assert!(back == block, "an ORWRITE undid NBD write {round}");
+            }
+        });
+    });
+    let mut ini = Initiator::login(&portal, IQN);
+    let d = ini.read(LBA as u32, 2);
+    assert!(
+        d[..512] == [ROUNDS as u8; 512],
+        "the last NBD write was undone"
+    );
+    let mut ored = vec![0u8; 512];
+    ored[..2 * ROUNDS].fill(0xff);
+    assert!(d[512..] == ored[..], "an ORWRITE's bytes were lost");
+}
+
 /// qemu-img over iscsi:// (qemu's libiscsi block driver, Debian qemu-block-extra from
 /// bookworm-backports to match the machine's qemu-utils; scripts/test.sh installs it).
 #[test]
@@ -541,6 +586,15 @@ impl Initiator {
         let mut data = expected.to_vec();
         data.extend_from_slice(new);
         self.command(&cdb, &data, 0).0
+    }
+
+    /// ORWRITE(16) of whole blocks; returns the SCSI status.
+    fn or_write(&mut self, lba: u64, data: &[u8]) -> u8 {
+        let mut cdb = [0u8; 16];
+        cdb[0] = 0x8b;
+        cdb[2..10].copy_from_slice(&lba.to_be_bytes());
+        cdb[10..14].copy_from_slice(&((data.len() / 512) as u32).to_be_bytes());
+        self.command(&cdb, data, 0).0
     }
 }
 

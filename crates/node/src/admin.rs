@@ -9,6 +9,7 @@
 //! | GET    | /v1/volumes/{name}            |                      | VolumeInfo        |
 //! | DELETE | /v1/volumes/{name}            |                      | {}                |
 //! | POST   | /v1/volumes/{name}/grow       | {size_bytes}         | VolumeInfo        |
+//! | POST   | /v1/volumes/{name}/read-only  | {read_only}          | VolumeInfo        |
 //! | GET    | /v1/status                    |                      | status object     |
 //! | GET    | /metrics                      |                      | Prometheus text   |
 //!
@@ -34,11 +35,19 @@ use crate::{Node, NodeError};
 struct CreateVolume {
     name: String,
     size_bytes: u64,
+    /// Logical block size; the server's `volume.block_size` when absent.
+    #[serde(default)]
+    block_size: Option<u32>,
 }
 
 #[derive(Debug, Deserialize)]
 struct GrowVolume {
     size_bytes: u64,
+}
+
+#[derive(Debug, Deserialize)]
+struct SetReadOnly {
+    read_only: bool,
 }
 
 struct ApiError(NodeError);
@@ -102,7 +111,10 @@ async fn create(
     req: Result<Json<CreateVolume>, JsonRejection>,
 ) -> ApiResult {
     let req = body(req)?;
-    let info = blocking(node, move |n| n.create_volume(&req.name, req.size_bytes)).await?;
+    let info = blocking(node, move |n| {
+        n.create_volume(&req.name, req.size_bytes, req.block_size)
+    })
+    .await?;
     Ok((StatusCode::CREATED, Json(info)).into_response())
 }
 
@@ -129,6 +141,17 @@ async fn grow(
     let name = name_arg(name)?;
     let req = body(req)?;
     let info = blocking(node, move |n| n.grow_volume(&name, req.size_bytes)).await?;
+    Ok(Json(info).into_response())
+}
+
+async fn set_read_only(
+    State(node): State<Arc<Node>>,
+    UrlPath(name): UrlPath<String>,
+    req: Result<Json<SetReadOnly>, JsonRejection>,
+) -> ApiResult {
+    let name = name_arg(name)?;
+    let req = body(req)?;
+    let info = blocking(node, move |n| n.set_read_only(&name, req.read_only)).await?;
     Ok(Json(info).into_response())
 }
 
@@ -165,6 +188,7 @@ pub fn router(node: Arc<Node>) -> Router {
         .route("/v1/volumes", get(list).post(create))
         .route("/v1/volumes/{name}", get(info).delete(delete))
         .route("/v1/volumes/{name}/grow", post(grow))
+        .route("/v1/volumes/{name}/read-only", post(set_read_only))
         .route("/v1/status", get(status))
         .route("/metrics", get(metrics))
         .fallback(not_found)

@@ -40,7 +40,7 @@ impl NodeState {
     }
 }
 
-/// `volumes/<name>/volume.json`.
+/// `volumes/<name>/volume.json`. A field added later has a default, so older files load.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct VolumeMeta {
     pub id: u32,
@@ -48,6 +48,10 @@ pub struct VolumeMeta {
     pub size_bytes: u64,
     pub block_size: u32,
     pub created_ns: u64,
+    /// Set by an operator (`mariner volume set NAME --read-only true`): every write is
+    /// refused until it is cleared. Absent in files written before it existed.
+    #[serde(default)]
+    pub read_only: bool,
 }
 
 /// An open, locked data directory.
@@ -258,10 +262,25 @@ mod tests {
             size_bytes: 1 << 20,
             block_size: 512,
             created_ns: 1,
+            read_only: true,
         };
         dd.save_volume(&m).unwrap();
         assert_eq!(dd.load_volumes().unwrap(), vec![m]);
         dd.delete_volume("a").unwrap();
         assert!(dd.load_volumes().unwrap().is_empty());
+    }
+
+    #[test]
+    fn volume_metadata_without_the_read_only_field_loads_writable() {
+        let d = tempfile::tempdir().unwrap();
+        let dd = DataDir::open(d.path()).unwrap();
+        let dir = dd.volume_dir("old");
+        fs::create_dir_all(&dir).unwrap();
+        let old = r#"{"id": 1, "name": "old", "size_bytes": 1048576, "block_size": 512,
+                      "created_ns": 7}"#;
+        fs::write(dir.join("volume.json"), old).unwrap();
+        let loaded = dd.load_volumes().unwrap();
+        assert_eq!(loaded.len(), 1);
+        assert_eq!((loaded[0].id, loaded[0].read_only), (1, false));
     }
 }

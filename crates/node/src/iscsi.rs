@@ -2,8 +2,9 @@
 //! volume as LUN 0, CHAP and an initiator ACL from `[iscsi.targets.<volume>]`.
 //!
 //! Writes travel the same path as NBD writes ([`Volume::write_bytes`]): acknowledged once
-//! durable in the log. COMPARE AND WRITE takes the volume's writer lock exclusively, so it is
-//! atomic against NBD writers too.
+//! durable in the log. COMPARE AND WRITE and ORWRITE take the volume's writer lock
+//! exclusively, so they are atomic against NBD writers too. A write of up to
+//! [`Volume::max_io_bytes`] is one log record, hence atomic (WRITE ATOMIC(16)).
 
 use std::sync::Arc;
 
@@ -81,9 +82,10 @@ impl Targets for VolumeTargets {
         let access = self.node.config().iscsi.targets.get(&name);
         Some(Target {
             iqn: target_iqn(&name),
-            lun: Arc::new(Lun::with_reservations(
+            lun: Arc::new(Lun::shared(
                 volume.clone(),
                 volume.reservations().clone(),
+                volume.unit().clone(),
             )),
             chap: access.and_then(chap),
             allowed_initiators: access.map(|a| a.initiators.clone()).unwrap_or_default(),
@@ -132,6 +134,9 @@ impl BlockBackend for Volume {
             read_only: self.read_only_reason().is_some(),
             can_unmap: true,
             max_transfer_blocks: (self.max_io_bytes() / u64::from(m.block_size)) as u32,
+            physical_block_size: self.physical_block_bytes(),
+            // Every write of up to max_io_bytes is one log record: all of it or none.
+            max_atomic_blocks: (self.max_io_bytes() / u64::from(m.block_size)) as u32,
             serial: format!("MARINER{:08X}{:016X}", m.id, m.created_ns),
             naa_id: naa_id(m.id, m.created_ns),
         }
@@ -153,7 +158,7 @@ impl BlockBackend for Volume {
 
     async fn flush(&self) -> Result<(), BackendError> {
         // Every completed write is durable in the log already.
-        match self.read_only_reason() {
+        match self.failure() {
             Some(why) => Err(BackendError::Write(why)),
             None => Ok(()),
         }
@@ -181,6 +186,13 @@ impl BlockBackend for Volume {
             None => CompareOutcome::Written,
             Some(offset) => CompareOutcome::Mismatch { offset },
         })
+    }
+
+    async fn or_write(&self, lba: u64, data: &[u8]) -> Result<(), BackendError> {
+        let bs = u64::from(self.meta().block_size);
+        Volume::or_write(self, lba * bs, data)
+            .await
+            .map_err(write_error)
     }
 
     async fn lba_status(&self, lba: u64) -> Result<(Provisioning, u64), BackendError> {

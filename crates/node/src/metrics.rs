@@ -188,7 +188,7 @@ fn volume_metrics(out: &mut String, node: &Node) {
                 "mariner_volume_read_bytes_total" => st.read_bytes.load(Relaxed),
                 "mariner_volume_writes_total" => st.writes.load(Relaxed),
                 "mariner_volume_write_bytes_total" => st.write_bytes.load(Relaxed),
-                _ => u64::from(v.read_only_reason().is_some()),
+                _ => u64::from(v.failure().is_some()),
             };
             let _ = writeln!(out, "{name}{{volume=\"{}\"}} {value}", v.meta().name);
         }

@@ -36,7 +36,10 @@ pub struct VolumeInfo {
     pub block_size: u32,
     pub allocated_bytes: u64,
     pub connections: usize,
+    /// Why writes are refused, if they are: an I/O failure, or the operator's flag.
     pub read_only: Option<String>,
+    /// The operator's read-only flag (`mariner volume set NAME --read-only true`).
+    pub read_only_set: bool,
     pub created_ns: u64,
 }
 
@@ -135,7 +138,7 @@ impl Node {
         });
         if fresh && !node.cfg.volume.default_name.is_empty() {
             let name = node.cfg.volume.default_name.clone();
-            node.create_volume(&name, node.cfg.volume.default_size.as_u64())?;
+            node.create_volume(&name, node.cfg.volume.default_size.as_u64(), None)?;
         }
         node.warn_overcommit();
         Ok(node)
@@ -189,6 +192,7 @@ impl Node {
             allocated_bytes: allocated,
             connections: self.connections(name),
             read_only: v.read_only_reason(),
+            read_only_set: m.read_only,
             created_ns: m.created_ns,
         })
     }
@@ -201,7 +205,14 @@ impl Node {
     }
 
     /// Creates a thin volume.
-    pub fn create_volume(&self, name: &str, size_bytes: u64) -> Result<VolumeInfo, NodeError> {
+    /// `block_size` is the volume's logical block size (512, 1024, 2048 or 4096); the
+    /// configured `volume.block_size` when `None`.
+    pub fn create_volume(
+        &self,
+        name: &str,
+        size_bytes: u64,
+        block_size: Option<u32>,
+    ) -> Result<VolumeInfo, NodeError> {
         let _g = self
             .admin
             .lock()
@@ -211,7 +222,13 @@ impl Node {
                 "invalid volume name {name:?}: 1-64 of A-Z a-z 0-9 . _ -, not starting with . or -"
             )));
         }
-        let bs = u64::from(self.cfg.volume.block_size);
+        let block_size = block_size.unwrap_or(self.cfg.volume.block_size);
+        if !block_size.is_power_of_two() || !(512..=4096).contains(&block_size) {
+            return Err(NodeError::BadRequest(format!(
+                "block size {block_size}: must be 512, 1024, 2048 or 4096"
+            )));
+        }
+        let bs = u64::from(block_size);
         if size_bytes == 0 || !size_bytes.is_multiple_of(bs) || size_bytes > 1 << 50 {
             return Err(NodeError::BadRequest(format!(
                 "volume size must be a positive multiple of the block size {bs} (at most 1 PiB)"
@@ -234,8 +251,9 @@ impl Node {
             id,
             name: name.to_string(),
             size_bytes,
-            block_size: self.cfg.volume.block_size,
+            block_size,
             created_ns: now_ns(),
+            read_only: false,
         };
         let image = open_image(&self.dir, &self.cfg, &meta, true)?;
         self.dir.save_volume(&meta)?;
@@ -312,6 +330,27 @@ impl Node {
         vol.set_size(size_bytes);
         tracing::info!(volume = name, size_bytes, "volume grown");
         self.warn_overcommit();
+        self.volume_info(name)
+            .ok_or_else(|| NodeError::NotFound(name.to_string()))
+    }
+
+    /// Sets or clears a volume's read-only flag, durably; it applies to every client at once
+    /// (NBD clients connected before keep their transmission flags but get EPERM).
+    pub fn set_read_only(&self, name: &str, read_only: bool) -> Result<VolumeInfo, NodeError> {
+        let _g = self
+            .admin
+            .lock()
+            .map_err(|_| NodeError::Io("lock poisoned".into()))?;
+        let vol = self
+            .volume(name)
+            .ok_or_else(|| NodeError::NotFound(name.to_string()))?;
+        let mut m = vol.meta();
+        if m.read_only != read_only {
+            m.read_only = read_only;
+            self.dir.save_volume(&m)?;
+            vol.set_read_only(read_only);
+            tracing::info!(volume = name, read_only, "volume read-only flag changed");
+        }
         self.volume_info(name)
             .ok_or_else(|| NodeError::NotFound(name.to_string()))
     }

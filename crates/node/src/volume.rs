@@ -8,10 +8,15 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use mariner_log::{Entry, Log, LogError, RecordKind};
 use mariner_nbd::{Allocation as NbdAllocation, Export, ExportError, ExportInfo};
-use mariner_scsi::Reservations;
+use mariner_scsi::{Reservations, UnitState};
 use mariner_store::{Allocation, Store, StoreError};
 
 use crate::datadir::VolumeMeta;
+
+/// The page the store's images and the page cache work in: a write of fewer bytes costs a
+/// read-modify-write of the page, so the front ends report it as the preferred I/O size (NBD)
+/// and the physical block (SCSI).
+pub const PAGE_BYTES: u32 = 4096;
 
 /// Per-volume counters for `/metrics`.
 #[derive(Debug, Default)]
@@ -30,14 +35,17 @@ pub struct Volume {
     store: Arc<Store>,
     /// Set by delete: a client that opened the volume just before cannot write into nothing.
     deleted: AtomicBool,
-    /// Makes COMPARE AND WRITE atomic against every other writer, NBD included: ordinary
-    /// writes, trims and write-zeroes hold it shared until durable, a compare-and-write holds
-    /// it exclusively across its read, compare and write. Shared acquisition is one atomic
-    /// operation while no compare-and-write is waiting.
+    /// Makes COMPARE AND WRITE and ORWRITE atomic against every other writer, NBD included:
+    /// ordinary writes, trims and write-zeroes hold it shared until durable, a read-modify-write
+    /// holds it exclusively across its read and write. Shared acquisition is one atomic
+    /// operation while no read-modify-write is waiting.
     writers: tokio::sync::RwLock<()>,
     /// SCSI reservations, shared by every iSCSI session of the volume; NBD writes are refused
     /// while they exclude initiators that are not registered.
     reservations: Arc<Reservations>,
+    /// The SCSI task set and unit attentions, shared by every iSCSI session of the volume (a
+    /// LUN reset from one session aborts the tasks of all).
+    unit: Arc<UnitState>,
     pub stats: VolumeStats,
 }
 
@@ -55,6 +63,7 @@ impl Volume {
             deleted: AtomicBool::new(false),
             writers: tokio::sync::RwLock::new(()),
             reservations,
+            unit: Arc::new(UnitState::new()),
             stats: VolumeStats::default(),
         }
     }
@@ -69,6 +78,11 @@ impl Volume {
     /// The volume's SCSI reservations.
     pub fn reservations(&self) -> &Arc<Reservations> {
         &self.reservations
+    }
+
+    /// The volume's SCSI task set and unit attentions.
+    pub fn unit(&self) -> &Arc<UnitState> {
+        &self.unit
     }
 
     /// NBD clients are not SCSI initiators and can never be registered: their writes are
@@ -95,8 +109,23 @@ impl Volume {
         }
     }
 
-    /// Why the volume is read-only, if it is: the log or the store failed.
+    /// Sets or clears the operator's read-only flag (the caller saves the metadata).
+    pub fn set_read_only(&self, read_only: bool) {
+        if let Ok(mut m) = self.meta.write() {
+            m.read_only = read_only;
+        }
+    }
+
+    /// Why the volume is read-only, if it is: the operator's flag, or an I/O failure.
     pub fn read_only_reason(&self) -> Option<String> {
+        if self.meta().read_only {
+            return Some("set read-only by an operator".into());
+        }
+        self.failure()
+    }
+
+    /// Why the volume failed, if it did: the log or the store failed.
+    pub fn failure(&self) -> Option<String> {
         self.log
             .failure()
             .map(|f| format!("log failed: {f}"))
@@ -182,13 +211,44 @@ impl Volume {
         if expected.len() != data.len() {
             return Err(ExportError::Invalid);
         }
-        self.check(offset, data.len() as u64, true)?;
+        self.read_modify_write(offset, data.len() as u64, |current| {
+            match current.iter().zip(expected).position(|(a, b)| a != b) {
+                Some(at) => (None, Some(at as u64)),
+                None => (Some(data), None),
+            }
+        })
+        .await
+    }
+
+    /// Atomically against every other writer of the volume: bitwise-ORs `data` into the bytes
+    /// at `offset` and writes the result durably (SCSI ORWRITE).
+    pub async fn or_write(&self, offset: u64, data: &[u8]) -> Result<(), ExportError> {
+        self.read_modify_write(offset, data.len() as u64, |mut current| {
+            for (c, d) in current.iter_mut().zip(data) {
+                *c |= d;
+            }
+            (Some(Bytes::from(current)), ())
+        })
+        .await
+    }
+
+    /// Reads `[offset, offset + len)`, hands it to `change` and writes back what `change`
+    /// returns (if anything) at `offset`, with every other writer held off from the read until
+    /// the write is durable.
+    async fn read_modify_write<T>(
+        &self,
+        offset: u64,
+        len: u64,
+        change: impl FnOnce(Vec<u8>) -> (Option<Bytes>, T),
+    ) -> Result<T, ExportError> {
+        self.check(offset, len, true)?;
         let _exclusive = self.writers.write().await;
-        let current = self.read_bytes(offset, data.len() as u64).await?;
-        if let Some(at) = current.iter().zip(expected).position(|(a, b)| a != b) {
-            return Ok(Some(at as u64));
+        let current = self.read_bytes(offset, len).await?;
+        let (write, result) = change(current);
+        if let Some(data) = write {
+            self.write_locked(offset, data).await?;
         }
-        self.write_locked(offset, data).await.map(|()| None)
+        Ok(result)
     }
 
     /// Writes with `writers` already held by the caller.
@@ -214,6 +274,11 @@ impl Volume {
     pub fn max_io_bytes(&self) -> u64 {
         let bs = self.meta().block_size;
         u64::from((self.log.max_payload() / bs * bs).min(32 << 20))
+    }
+
+    /// The volume's physical block: the store's page, or the block if that is larger.
+    pub fn physical_block_bytes(&self) -> u32 {
+        PAGE_BYTES.max(self.meta().block_size)
     }
 
     /// Allocation of `[offset, offset + len)` clipped to the volume, as runs in order.
@@ -258,7 +323,7 @@ impl Export for Volume {
             description: format!("Mariner volume {} ({} bytes)", m.name, m.size_bytes),
             size_bytes: m.size_bytes,
             block_size_min: m.block_size,
-            block_size_preferred: 4096.max(m.block_size),
+            block_size_preferred: PAGE_BYTES.max(m.block_size),
             max_payload_bytes: self.max_io_bytes() as u32,
             read_only: self.read_only_reason().is_some(),
             can_trim: true,
@@ -283,7 +348,7 @@ impl Export for Volume {
 
     async fn flush(&self) -> Result<(), ExportError> {
         // Every completed write is already durable.
-        match self.read_only_reason() {
+        match self.failure() {
             Some(why) => Err(ExportError::Io(why)),
             None => Ok(()),
         }

@@ -19,11 +19,30 @@ pub struct Geometry {
     pub can_unmap: bool,
     /// Largest READ/WRITE transfer in blocks (reported in the Block Limits VPD page).
     pub max_transfer_blocks: u32,
+    /// Bytes the medium stores as one unit: a power-of-two multiple of `block_size`; a write of
+    /// fewer bytes costs the medium a read-modify-write (READ CAPACITY(16) reports the ratio).
+    pub physical_block_size: u32,
+    /// Largest write, in blocks, that is atomic (all of it or none, whatever the power loss or
+    /// concurrent command): WRITE ATOMIC(16) accepts up to this many. Zero: no atomic writes.
+    pub max_atomic_blocks: u32,
     /// Unit serial number (ASCII, VPD page 0x80).
     pub serial: String,
     /// 16-byte identifier reported as an NAA-6 designator (VPD page 0x83); byte 0's high nibble
     /// is replaced by the NAA type.
     pub naa_id: [u8; 16],
+}
+
+impl Geometry {
+    /// Logical blocks per physical block (at least one).
+    pub fn blocks_per_physical_block(&self) -> u32 {
+        (self.physical_block_size / self.block_size.max(1)).max(1)
+    }
+
+    /// LOGICAL BLOCKS PER PHYSICAL BLOCK EXPONENT of READ CAPACITY(16): log2 of
+    /// [`Geometry::blocks_per_physical_block`].
+    pub fn physical_block_exponent(&self) -> u8 {
+        self.blocks_per_physical_block().ilog2() as u8
+    }
 }
 
 /// Errors a backend reports; each maps to sense data.
@@ -85,6 +104,9 @@ pub trait BlockBackend: Send + Sync {
         expected: &[u8],
         data: &[u8],
     ) -> Result<CompareOutcome, BackendError>;
+    /// Atomically, against every other writer of the volume: reads the blocks at `lba`,
+    /// bitwise-ORs `data` into them and writes the result durably (ORWRITE).
+    async fn or_write(&self, lba: u64, data: &[u8]) -> Result<(), BackendError>;
     /// Provisioning state of the run of blocks starting at `lba`: the state and how many
     /// blocks (at least one) share it.
     async fn lba_status(&self, lba: u64) -> Result<(Provisioning, u64), BackendError>;

@@ -29,6 +29,7 @@ pub mod op {
     pub const VERIFY_10: u8 = 0x2f;
     pub const PRE_FETCH_10: u8 = 0x34;
     pub const SYNCHRONIZE_CACHE_10: u8 = 0x35;
+    pub const READ_DEFECT_DATA_10: u8 = 0x37;
     pub const WRITE_SAME_10: u8 = 0x41;
     pub const UNMAP: u8 = 0x42;
     pub const MODE_SELECT_10: u8 = 0x55;
@@ -37,14 +38,18 @@ pub mod op {
     pub const MODE_SENSE_10: u8 = 0x5a;
     pub const PERSISTENT_RESERVE_IN: u8 = 0x5e;
     pub const PERSISTENT_RESERVE_OUT: u8 = 0x5f;
+    pub const EXTENDED_COPY: u8 = 0x83;
+    pub const RECEIVE_COPY_RESULTS: u8 = 0x84;
     pub const READ_16: u8 = 0x88;
     pub const COMPARE_AND_WRITE: u8 = 0x89;
     pub const WRITE_16: u8 = 0x8a;
+    pub const ORWRITE_16: u8 = 0x8b;
     pub const WRITE_AND_VERIFY_16: u8 = 0x8e;
     pub const VERIFY_16: u8 = 0x8f;
     pub const PRE_FETCH_16: u8 = 0x90;
     pub const SYNCHRONIZE_CACHE_16: u8 = 0x91;
     pub const WRITE_SAME_16: u8 = 0x93;
+    pub const WRITE_ATOMIC_16: u8 = 0x9c;
     pub const SERVICE_ACTION_IN_16: u8 = 0x9e;
     pub const REPORT_LUNS: u8 = 0xa0;
     pub const MAINTENANCE_IN: u8 = 0xa3;
@@ -52,6 +57,7 @@ pub mod op {
     pub const WRITE_12: u8 = 0xaa;
     pub const WRITE_AND_VERIFY_12: u8 = 0xae;
     pub const VERIFY_12: u8 = 0xaf;
+    pub const READ_DEFECT_DATA_12: u8 = 0xb7;
     /// SERVICE ACTION IN(16) service actions.
     pub const SA_READ_CAPACITY_16: u16 = 0x10;
     pub const SA_GET_LBA_STATUS: u16 = 0x12;
@@ -131,7 +137,8 @@ pub enum Cdb {
     SynchronizeCache { range: Range, immed: bool },
     /// PRE-FETCH(10/16).
     PreFetch { range: Range, immed: bool },
-    /// WRITE SAME(10/16); `ndob`: no data-out buffer, the block is zeros.
+    /// WRITE SAME(10/16); `ndob`: no data-out buffer, the block is zeros. Zero blocks means
+    /// from `range.lba` to the end of the medium.
     WriteSame {
         range: Range,
         unmap: bool,
@@ -143,6 +150,33 @@ pub enum Cdb {
     GetLbaStatus { lba: u64, alloc: u32 },
     /// COMPARE AND WRITE.
     CompareAndWrite { lba: u64, blocks: u8, fua: bool },
+    /// ORWRITE(16): ORs the data-out into the blocks, atomically.
+    OrWrite { range: Range, fua: bool },
+    /// WRITE ATOMIC(16), SBC-4; `boundary` is the ATOMIC BOUNDARY field.
+    WriteAtomic {
+        range: Range,
+        boundary: u16,
+        fua: bool,
+    },
+    /// READ DEFECT DATA(10/12); `format` is the DEFECT LIST FORMAT, `index` the ADDRESS
+    /// DESCRIPTOR INDEX (12 only).
+    ReadDefectData {
+        twelve: bool,
+        plist: bool,
+        glist: bool,
+        format: u8,
+        index: u32,
+        alloc: u32,
+    },
+    /// EXTENDED COPY (LID1), the only service action executed.
+    ExtendedCopy { param_len: u32 },
+    /// RECEIVE COPY RESULTS: COPY STATUS (for `list_id`) or OPERATING PARAMETERS, the
+    /// service actions executed.
+    ReceiveCopyResults {
+        service_action: u8,
+        list_id: u8,
+        alloc: u32,
+    },
     /// REPORT LUNS.
     ReportLuns { select: u8, alloc: u32 },
     /// REPORT SUPPORTED OPERATION CODES.
@@ -300,6 +334,23 @@ impl Cdb {
                     fua: bit(c[1], 0x08),
                 })
             }
+            op::ORWRITE_16 => {
+                no_protection(c)?;
+                Ok(Self::OrWrite {
+                    range: range(be64(&c[2..10]), be(&c[10..14])),
+                    fua: bit(c[1], 0x08),
+                })
+            }
+            op::WRITE_ATOMIC_16 => {
+                no_protection(c)?;
+                Ok(Self::WriteAtomic {
+                    range: range(be64(&c[2..10]), be(&c[12..14])),
+                    boundary: be16(&c[10..12]),
+                    fua: bit(c[1], 0x08),
+                })
+            }
+            op::READ_DEFECT_DATA_10 | op::READ_DEFECT_DATA_12 => parse_read_defect_data(c),
+            op::EXTENDED_COPY | op::RECEIVE_COPY_RESULTS => parse_copy(c),
             op::SERVICE_ACTION_IN_16 => parse_service_action_in(c),
             op::REPORT_LUNS => Ok(Self::ReportLuns {
                 select: c[2],
@@ -400,6 +451,47 @@ fn parse_write_same(c: &[u8], range: Range) -> Result<Cdb, Sense> {
         unmap: bit(c[1], 0x08),
         ndob,
     })
+}
+
+/// READ DEFECT DATA: the list flags and format sit in byte 2 of the 10-byte CDB and in byte 1
+/// of the 12-byte one (SBC-3 5.13, 5.14).
+fn parse_read_defect_data(c: &[u8]) -> Result<Cdb, Sense> {
+    let twelve = c[0] == op::READ_DEFECT_DATA_12;
+    let at = if twelve { 1 } else { 2 };
+    reserved(c, at, 0xe0)?;
+    let (index, alloc) = if twelve {
+        (be32(&c[2..6]), be32(&c[6..10]))
+    } else {
+        (0, u32::from(be16(&c[7..9])))
+    };
+    Ok(Cdb::ReadDefectData {
+        twelve,
+        plist: bit(c[at], 0x10),
+        glist: bit(c[at], 0x08),
+        format: c[at] & 0x07,
+        index,
+        alloc,
+    })
+}
+
+/// EXTENDED COPY and RECEIVE COPY RESULTS (SPC-4 6.4, 6.18): an operation code served with
+/// a service action it does not serve is an invalid field (the SERVICE ACTION, byte 1).
+fn parse_copy(c: &[u8]) -> Result<Cdb, Sense> {
+    use crate::xcopy::{SA_COPY_STATUS, SA_EXTENDED_COPY_LID1, SA_OPERATING_PARAMETERS};
+    let service_action = c[1] & 0x1f;
+    match (c[0], service_action) {
+        (op::EXTENDED_COPY, SA_EXTENDED_COPY_LID1) => Ok(Cdb::ExtendedCopy {
+            param_len: be32(&c[10..14]),
+        }),
+        (op::RECEIVE_COPY_RESULTS, SA_COPY_STATUS | SA_OPERATING_PARAMETERS) => {
+            Ok(Cdb::ReceiveCopyResults {
+                service_action,
+                list_id: c[2],
+                alloc: be32(&c[10..14]),
+            })
+        }
+        _ => Err(Sense::invalid_field_in_cdb(1)),
+    }
 }
 
 fn parse_service_action_in(c: &[u8]) -> Result<Cdb, Sense> {
@@ -573,5 +665,74 @@ mod tests {
         );
         c[1] = 0x10;
         assert!(Cdb::parse(&c).is_err());
+    }
+
+    #[test]
+    fn orwrite_and_write_atomic_fields() {
+        let mut c = cdb16(op::ORWRITE_16);
+        c[1] = 0x18;
+        c[9] = 5;
+        c[13] = 2;
+        assert_eq!(
+            Cdb::parse(&c).unwrap(),
+            Cdb::OrWrite {
+                range: Range { lba: 5, blocks: 2 },
+                fua: true
+            }
+        );
+        c[1] = 0x40;
+        assert_eq!(
+            Cdb::parse(&c).unwrap_err().asc,
+            Asc::INVALID_FIELD_IN_CDB,
+            "ORPROTECT without protection information"
+        );
+        let mut a = cdb16(op::WRITE_ATOMIC_16);
+        a[9] = 8;
+        a[11] = 4;
+        a[13] = 3;
+        assert_eq!(
+            Cdb::parse(&a).unwrap(),
+            Cdb::WriteAtomic {
+                range: Range { lba: 8, blocks: 3 },
+                boundary: 4,
+                fua: false
+            }
+        );
+        a[1] = 0x20;
+        assert!(Cdb::parse(&a).is_err());
+    }
+
+    #[test]
+    fn read_defect_data_fields() {
+        let c = [op::READ_DEFECT_DATA_10, 0, 0x1d, 0, 0, 0, 0, 1, 0, 0];
+        assert_eq!(
+            Cdb::parse(&c).unwrap(),
+            Cdb::ReadDefectData {
+                twelve: false,
+                plist: true,
+                glist: true,
+                format: 5,
+                index: 0,
+                alloc: 256
+            }
+        );
+        let mut t = [0u8; 12];
+        t[0] = op::READ_DEFECT_DATA_12;
+        t[1] = 0x08;
+        t[5] = 7;
+        t[9] = 32;
+        assert_eq!(
+            Cdb::parse(&t).unwrap(),
+            Cdb::ReadDefectData {
+                twelve: true,
+                plist: false,
+                glist: true,
+                format: 0,
+                index: 7,
+                alloc: 32
+            }
+        );
+        t[1] = 0x80;
+        assert!(Cdb::parse(&t).is_err());
     }
 }

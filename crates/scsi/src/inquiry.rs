@@ -1,7 +1,9 @@
-//! INQUIRY: standard data and the VPD pages 0x00, 0x80, 0x83, 0xB0, 0xB1, 0xB2.
+//! INQUIRY: standard data and the VPD pages 0x00, 0x80, 0x83, 0x8F, 0xB0, 0xB1, 0xB2.
 
 use crate::backend::Geometry;
-use crate::lun::{MAX_COMPARE_AND_WRITE_BLOCKS, MAX_UNMAP_BLOCKS, MAX_UNMAP_DESCRIPTORS};
+use crate::lun::{
+    max_write_same_blocks, MAX_COMPARE_AND_WRITE_BLOCKS, MAX_UNMAP_BLOCKS, MAX_UNMAP_DESCRIPTORS,
+};
 use crate::sense::Sense;
 use crate::wire::{push_be, put_be};
 
@@ -13,7 +15,7 @@ pub const PRODUCT: &[u8; 16] = b"VOLUME          ";
 pub const REVISION: &[u8; 4] = b"0001";
 
 /// VPD pages served, in ascending order.
-pub const VPD_PAGES: [u8; 6] = [0x00, 0x80, 0x83, 0xb0, 0xb1, 0xb2];
+pub const VPD_PAGES: [u8; 7] = [0x00, 0x80, 0x83, 0x8f, 0xb0, 0xb1, 0xb2];
 
 /// Builds the INQUIRY data (before clipping to the allocation length).
 pub fn inquiry(g: &Geometry, evpd: bool, page: u8) -> Result<Vec<u8>, Sense> {
@@ -24,6 +26,7 @@ pub fn inquiry(g: &Geometry, evpd: bool, page: u8) -> Result<Vec<u8>, Sense> {
         0x00 => Ok(vpd(0x00, VPD_PAGES.to_vec())),
         0x80 => Ok(vpd(0x80, serial(g))),
         0x83 => Ok(vpd(0x83, device_identification(g))),
+        0x8f => Ok(vpd(0x8f, crate::xcopy::third_party_copy_descriptors(g))),
         0xb0 => Ok(vpd(0xb0, block_limits(g))),
         0xb1 => Ok(vpd(0xb1, block_characteristics())),
         0xb2 => Ok(vpd(0xb2, provisioning(g))),
@@ -38,6 +41,7 @@ fn standard() -> Vec<u8> {
     out[2] = 0x06; // SPC-4
     out[3] = 0x12; // HISUP, response data format 2
     out[4] = (out.len() - 5) as u8;
+    out[5] = 0x08; // 3PC: EXTENDED COPY is served (crate::xcopy)
     out[7] = 0x02; // CMDQUE
     out[8..16].copy_from_slice(VENDOR);
     out[16..32].copy_from_slice(PRODUCT);
@@ -69,11 +73,18 @@ fn serial(g: &Geometry) -> Vec<u8> {
     s
 }
 
+/// The NAA IEEE Registered Extended designator (type 6) of the unit, as VPD page 0x83 reports
+/// it and EXTENDED COPY identification descriptors name the unit.
+pub fn naa_designator(g: &Geometry) -> [u8; 16] {
+    let mut naa = g.naa_id;
+    naa[0] = 0x60 | (naa[0] & 0x0f);
+    naa
+}
+
 fn device_identification(g: &Geometry) -> Vec<u8> {
     let mut out = Vec::new();
     // NAA IEEE Registered Extended (type 6): binary, designator type 3, LU association.
-    let mut naa = g.naa_id;
-    naa[0] = 0x60 | (naa[0] & 0x0f);
+    let naa = naa_designator(g);
     out.extend_from_slice(&[0x01, 0x03, 0x00, 16]);
     out.extend_from_slice(&naa);
     // T10 vendor ID based: ASCII, designator type 1.
@@ -84,22 +95,29 @@ fn device_identification(g: &Geometry) -> Vec<u8> {
     out
 }
 
+/// Block Limits (SBC-4 6.6.4); `b[i]` is byte `i + 4` of the page.
 fn block_limits(g: &Geometry) -> Vec<u8> {
     let mut b = vec![0u8; 0x3c];
-    b[0] = 0x01; // WSNZ: WRITE SAME with zero blocks is refused
+    // WSNZ (b[0] bit 0) clear: WRITE SAME with zero blocks runs to the end of the medium.
     b[1] = MAX_COMPARE_AND_WRITE_BLOCKS;
-    put_be(&mut b[2..4], 1); // optimal transfer length granularity
+    // Optimal transfer length granularity: a physical block (smaller writes cost the medium a
+    // read-modify-write).
+    let per_physical = u64::from(g.blocks_per_physical_block());
+    put_be(&mut b[2..4], per_physical);
     put_be(&mut b[4..8], u64::from(g.max_transfer_blocks));
     put_be(&mut b[8..12], u64::from(g.max_transfer_blocks));
     if g.can_unmap {
         put_be(&mut b[16..20], u64::from(MAX_UNMAP_BLOCKS));
         put_be(&mut b[20..24], u64::from(MAX_UNMAP_DESCRIPTORS));
-        put_be(&mut b[24..28], 1);
+        // Optimal unmap granularity: a physical block, aligned at LBA 0 (UGAVALID); a partial
+        // physical block is zeroed rather than deallocated.
+        put_be(&mut b[24..28], per_physical);
+        put_be(&mut b[28..32], 0x8000_0000);
     }
-    put_be(
-        &mut b[32..40],
-        u64::from(MAX_UNMAP_BLOCKS.min(g.max_transfer_blocks)),
-    ); // maximum WRITE SAME length
+    put_be(&mut b[32..40], u64::from(max_write_same_blocks(g)));
+    // Atomic writes: up to max_atomic_blocks at any LBA and of any length (alignment and
+    // granularity zero); atomic boundaries are not supported (their two limits zero).
+    put_be(&mut b[40..44], u64::from(g.max_atomic_blocks));
     b
 }
 
@@ -150,10 +168,43 @@ mod tests {
         let bl = inquiry(&g(), true, 0xb0).unwrap();
         assert_eq!(bl.len(), 0x40);
         assert_eq!(bl[5], MAX_COMPARE_AND_WRITE_BLOCKS);
+        assert_eq!(bl[4] & 1, 0, "WSNZ clear");
+        assert_eq!(
+            &bl[6..8],
+            [0, 1],
+            "no physical block larger than a logical one"
+        );
+        let max_atomic = crate::wire::be32(&bl[44..48]);
+        assert_eq!(max_atomic, g().max_atomic_blocks);
+        assert!(max_atomic > 0 && max_atomic <= crate::wire::be32(&bl[8..12]));
+        assert_eq!(
+            &bl[48..64],
+            [0; 16],
+            "no alignment, granularity or boundaries"
+        );
         let lbp = inquiry(&g(), true, 0xb2).unwrap();
         assert_eq!(lbp[5] & 0x80, 0x80);
         assert_eq!(lbp[6] & 0x07, 2);
         assert_eq!(inquiry(&g(), true, 0xb1).unwrap()[5], 1);
         assert!(inquiry(&g(), true, 0x99).is_err());
+    }
+
+    #[test]
+    fn block_limits_granularities_follow_the_physical_block() {
+        let g = MemoryBackend::new("S", 512, 1000)
+            .with_physical_block_size(4096)
+            .geometry();
+        let bl = inquiry(&g, true, 0xb0).unwrap();
+        assert_eq!(&bl[6..8], [0, 8], "optimal transfer length granularity");
+        assert_eq!(
+            crate::wire::be32(&bl[28..32]),
+            8,
+            "optimal unmap granularity"
+        );
+        assert_eq!(
+            crate::wire::be32(&bl[32..36]),
+            0x8000_0000,
+            "UGAVALID, alignment 0"
+        );
     }
 }

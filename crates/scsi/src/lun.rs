@@ -13,8 +13,10 @@ use crate::nexus::Nexus;
 use crate::pr::{Access, InAction, OutRequest, Refusal};
 use crate::reservations::Reservations;
 use crate::sense::{Asc, Sense, SenseKey, Status};
+use crate::unit::UnitState;
 use crate::wire::{be16, be32, be64, push_be};
-use crate::{inquiry, mode, opcodes};
+use crate::xcopy::CopyManager;
+use crate::{defect, inquiry, mode, opcodes};
 
 /// Largest number of UNMAP block descriptors accepted in one command.
 pub const MAX_UNMAP_DESCRIPTORS: u32 = 256;
@@ -22,6 +24,12 @@ pub const MAX_UNMAP_DESCRIPTORS: u32 = 256;
 pub const MAX_UNMAP_BLOCKS: u32 = 1 << 20;
 /// Largest COMPARE AND WRITE, in blocks.
 pub const MAX_COMPARE_AND_WRITE_BLOCKS: u8 = 64;
+
+/// MAXIMUM WRITE SAME LENGTH (Block Limits VPD page): a WRITE SAME that writes data is bounded
+/// by one transfer; zero blocks ("to the end of the medium") beyond this is refused.
+pub fn max_write_same_blocks(g: &Geometry) -> u32 {
+    MAX_UNMAP_BLOCKS.min(g.max_transfer_blocks)
+}
 
 /// The result of one command.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,7 +83,9 @@ fn backend_sense(err: BackendError) -> Sense {
 pub fn data_out_len(cdb: &[u8], block_size: u32) -> Option<u64> {
     let bs = u64::from(block_size);
     Some(match Cdb::parse(cdb).ok()? {
-        Cdb::Write { range, .. } => u64::from(range.blocks) * bs,
+        Cdb::Write { range, .. } | Cdb::OrWrite { range, .. } | Cdb::WriteAtomic { range, .. } => {
+            u64::from(range.blocks) * bs
+        }
         Cdb::WriteAndVerify { range, .. } => u64::from(range.blocks) * bs,
         Cdb::Verify { range, bytchk: 1 } => u64::from(range.blocks) * bs,
         Cdb::Verify { bytchk: 3, .. } => bs,
@@ -83,7 +93,8 @@ pub fn data_out_len(cdb: &[u8], block_size: u32) -> Option<u64> {
         Cdb::CompareAndWrite { blocks, .. } => 2 * u64::from(blocks) * bs,
         Cdb::ModeSelect { param_len, .. }
         | Cdb::Unmap { param_len }
-        | Cdb::PersistentReserveOut { param_len, .. } => u64::from(param_len),
+        | Cdb::PersistentReserveOut { param_len, .. }
+        | Cdb::ExtendedCopy { param_len } => u64::from(param_len),
         _ => 0,
     })
 }
@@ -92,6 +103,9 @@ pub fn data_out_len(cdb: &[u8], block_size: u32) -> Option<u64> {
 pub struct Lun {
     backend: Arc<dyn BlockBackend>,
     reservations: Arc<Reservations>,
+    unit: Arc<UnitState>,
+    /// EXTENDED COPY status, per initiator port of this `Lun` object.
+    copies: CopyManager,
 }
 
 /// The initiator port [`Lun::execute`] runs commands as.
@@ -130,15 +144,67 @@ impl Lun {
         backend: Arc<dyn BlockBackend>,
         reservations: Arc<Reservations>,
     ) -> Self {
+        Self::shared(backend, reservations, Arc::new(UnitState::new()))
+    }
+
+    /// A logical unit over `backend` sharing `reservations` and `unit` (its task set and unit
+    /// attentions) with every other `Lun` object serving the same volume.
+    pub fn shared(
+        backend: Arc<dyn BlockBackend>,
+        reservations: Arc<Reservations>,
+        unit: Arc<UnitState>,
+    ) -> Self {
         Self {
             backend,
             reservations,
+            unit,
+            copies: CopyManager::new(),
         }
     }
 
     /// The unit's reservations.
     pub fn reservations(&self) -> &Arc<Reservations> {
         &self.reservations
+    }
+
+    /// The unit's task set and unit attentions.
+    pub fn unit(&self) -> &Arc<UnitState> {
+        &self.unit
+    }
+
+    /// LOGICAL UNIT RESET (SAM-5 §6.3.3): aborts every task of the unit, from any nexus,
+    /// establishes the unit attention BUS DEVICE RESET FUNCTION OCCURRED for every nexus,
+    /// releases an SPC-2 reservation (persistent ones stay), discards held EXTENDED COPY
+    /// status, and returns once the aborted tasks are gone.
+    pub async fn reset(&self) {
+        self.unit.reset(Some(Asc::BUS_DEVICE_RESET)).await;
+        self.reservations.reset();
+        self.copies.forget(None);
+    }
+
+    /// A unit attention pending for `nexus` that this command reports instead of running
+    /// (SPC-4 §5.14 with UA_INTLCK_CTRL 00b): INQUIRY and REPORT LUNS run and leave it
+    /// pending; REQUEST SENSE returns it as its data; every other command is terminated with
+    /// it.
+    fn unit_attention(&self, nexus: &Nexus, cdb: &[u8]) -> Option<Response> {
+        const REQUEST_SENSE: u8 = 0x03;
+        const INQUIRY: u8 = 0x12;
+        const REPORT_LUNS: u8 = 0xa0;
+        match *cdb.first()? {
+            INQUIRY | REPORT_LUNS => None,
+            REQUEST_SENSE => {
+                let Ok(Cdb::RequestSense { descriptor, alloc }) = Cdb::parse(cdb) else {
+                    return None;
+                };
+                let asc = self.unit.take_attention(nexus)?;
+                let sense = Sense::new(SenseKey::UnitAttention, asc);
+                Some(Response::good(request_sense(sense, descriptor, alloc)))
+            }
+            _ => {
+                let asc = self.unit.take_attention(nexus)?;
+                Some(Response::check(Sense::new(SenseKey::UnitAttention, asc)))
+            }
+        }
     }
 
     /// The backend's geometry.
@@ -161,6 +227,9 @@ impl Lun {
         cdb: &[u8],
         data_out: &[u8],
     ) -> Response {
+        if let Some(attention) = self.unit_attention(nexus, cdb) {
+            return attention;
+        }
         let g = self.backend.geometry();
         let parsed = match Cdb::parse(cdb) {
             Ok(Cdb::Write { range, .. } | Cdb::WriteAndVerify { range, .. }) => {
@@ -180,6 +249,9 @@ impl Lun {
     /// Executes one command from the initiator port `nexus`. `data_out` holds the data-out
     /// buffer (at least what the CDB needs, see [`data_out_len`]; extra bytes are ignored).
     pub async fn execute_as(&self, nexus: &Nexus, cdb: &[u8], data_out: &[u8]) -> Response {
+        if let Some(attention) = self.unit_attention(nexus, cdb) {
+            return attention;
+        }
         let geometry = self.backend.geometry();
         match Cdb::parse(cdb) {
             Ok(parsed) => respond(self.run(&geometry, nexus, parsed, data_out).await),
@@ -230,6 +302,20 @@ impl Lun {
                 .change(|s| s.legacy_release(nexus))
                 .await
                 .map(|()| Vec::new()),
+            Cdb::ExtendedCopy { param_len } => {
+                let params = need(data_out, param_len)?;
+                let backend = self.backend.as_ref();
+                self.copies.extended_copy(backend, g, nexus, params).await?;
+                Ok(Vec::new())
+            }
+            Cdb::ReceiveCopyResults {
+                service_action,
+                list_id,
+                alloc,
+            } => {
+                let data = self.copies.receive(g, nexus, service_action, list_id)?;
+                Ok(clip(data, alloc))
+            }
             other => Ok(self.run_medium(g, other, data_out).await?),
         }
     }
@@ -238,7 +324,10 @@ impl Lun {
         match cdb {
             Cdb::TestUnitReady | Cdb::PreventAllow { .. } => Ok(Vec::new()),
             Cdb::StartStopUnit { .. } => Ok(Vec::new()),
-            Cdb::RequestSense { descriptor, alloc } => Ok(request_sense(descriptor, alloc)),
+            Cdb::RequestSense { descriptor, alloc } => {
+                let none = Sense::new(SenseKey::NoSense, Asc::NO_ADDITIONAL_SENSE);
+                Ok(request_sense(none, descriptor, alloc))
+            }
             Cdb::Inquiry { evpd, page, alloc } => {
                 inquiry::inquiry(g, evpd, page).map(|d| clip(d, alloc))
             }
@@ -269,14 +358,28 @@ impl Lun {
             Cdb::CompareAndWrite { lba, blocks, .. } => {
                 self.compare_and_write(g, lba, blocks, data_out).await
             }
+            Cdb::OrWrite { range, .. } => self.or_write(g, range, data_out).await,
+            Cdb::WriteAtomic {
+                range, boundary, ..
+            } => self.write_atomic(g, range, boundary, data_out).await,
+            Cdb::ReadDefectData {
+                twelve,
+                plist,
+                glist,
+                format,
+                alloc,
+                ..
+            } => defect::read_defect_data(twelve, plist, glist, format).map(|d| clip(d, alloc)),
             Cdb::ReportLuns { select, alloc } => report_luns(select, alloc),
             Cdb::ReportSupportedOpcodes { .. } => opcodes::report(&cdb),
-            // Reservation commands are answered by `run`, before this.
+            // Reservation and copy commands are answered by `run`, before this.
             Cdb::Unsupported { .. }
             | Cdb::PersistentReserveIn { .. }
             | Cdb::PersistentReserveOut { .. }
             | Cdb::Reserve
-            | Cdb::Release => Err(Sense::invalid_opcode()),
+            | Cdb::Release
+            | Cdb::ExtendedCopy { .. }
+            | Cdb::ReceiveCopyResults { .. } => Err(Sense::invalid_opcode()),
         }
     }
 
@@ -339,11 +442,7 @@ impl Lun {
         ndob: bool,
         data_out: &[u8],
     ) -> Outcome {
-        // WSNZ is set in the Block Limits page: zero blocks ("to the end") is refused.
-        if range.blocks == 0 || range.blocks > MAX_UNMAP_BLOCKS.min(g.max_transfer_blocks) {
-            return Err(Sense::invalid_field_in_cdb(7));
-        }
-        check_range(g, range)?;
+        let range = write_same_range(g, range)?;
         check_writable(g)?;
         let bs = g.block_size as usize;
         let block = if ndob {
@@ -351,8 +450,10 @@ impl Lun {
         } else {
             need(data_out, bs as u32)?.to_vec()
         };
-        let zeros = block.iter().all(|b| *b == 0);
-        if (unmap || ndob) && zeros && g.can_unmap {
+        // SBC-3 5.42/5.43: with UNMAP set the device server may unmap each LBA instead of
+        // writing the block to it; unmapped blocks read as zeros (LBPRZ). One trim covers the
+        // whole range, however long. NDOB's block is zeros, which an unmap gives as well.
+        if (unmap || ndob) && g.can_unmap {
             return self
                 .backend
                 .unmap(range.lba, u64::from(range.blocks))
@@ -373,6 +474,45 @@ impl Lun {
             lba += n;
         }
         Ok(Vec::new())
+    }
+
+    /// ORWRITE(16): the backend ORs the data-out into the blocks atomically.
+    async fn or_write(&self, g: &Geometry, range: Range, data_out: &[u8]) -> Outcome {
+        check_transfer(g, range)?;
+        check_writable(g)?;
+        if range.blocks == 0 {
+            return Ok(Vec::new());
+        }
+        let len = u64::from(range.blocks) * u64::from(g.block_size);
+        let data = need(data_out, len as u32)?;
+        self.backend
+            .or_write(range.lba, data)
+            .await
+            .map_err(backend_sense)?;
+        Ok(Vec::new())
+    }
+
+    /// WRITE ATOMIC(16) (SBC-4 5.48): a write the backend performs as one unit, refused when
+    /// longer than the Block Limits page promises. Atomic boundaries are not supported (their
+    /// limits are reported as zero), so a nonzero ATOMIC BOUNDARY is an invalid field.
+    async fn write_atomic(
+        &self,
+        g: &Geometry,
+        range: Range,
+        boundary: u16,
+        data_out: &[u8],
+    ) -> Outcome {
+        if g.max_atomic_blocks == 0 {
+            return Err(Sense::invalid_opcode());
+        }
+        check_range(g, range)?;
+        if boundary != 0 {
+            return Err(Sense::invalid_field_in_cdb(10));
+        }
+        if range.blocks > g.max_atomic_blocks {
+            return Err(Sense::invalid_field_in_cdb(12));
+        }
+        self.write(g, range, data_out).await
     }
 
     async fn unmap(&self, g: &Geometry, params: &[u8]) -> Outcome {
@@ -463,6 +603,34 @@ fn check_transfer(g: &Geometry, range: Range) -> Result<(), Sense> {
     Ok(())
 }
 
+/// The blocks a WRITE SAME covers. WSNZ is clear in the Block Limits page, so zero blocks means
+/// from the LBA to the end of the medium (SBC-3 5.42); more than the maximum write same length
+/// is refused with INVALID FIELD IN CDB.
+fn write_same_range(g: &Geometry, range: Range) -> Result<Range, Sense> {
+    let blocks = if range.blocks == 0 {
+        if range.lba >= g.block_count {
+            return Err(Sense::lba_out_of_range());
+        }
+        g.block_count - range.lba
+    } else {
+        u64::from(range.blocks)
+    };
+    if range
+        .lba
+        .checked_add(blocks)
+        .is_none_or(|end| end > g.block_count)
+    {
+        return Err(Sense::lba_out_of_range());
+    }
+    if blocks > u64::from(max_write_same_blocks(g)) {
+        return Err(Sense::invalid_field_in_cdb(7));
+    }
+    Ok(Range {
+        lba: range.lba,
+        blocks: blocks as u32,
+    })
+}
+
 fn check_writable(g: &Geometry) -> Result<(), Sense> {
     if g.read_only {
         return Err(Sense::write_protected());
@@ -470,9 +638,9 @@ fn check_writable(g: &Geometry) -> Result<(), Sense> {
     Ok(())
 }
 
-fn request_sense(descriptor: bool, alloc: u32) -> Vec<u8> {
-    // Sense is returned with each failed command (autosense), so nothing is ever pending.
-    let sense = Sense::new(SenseKey::NoSense, Asc::NO_ADDITIONAL_SENSE);
+/// REQUEST SENSE data. Sense is returned with each failed command (autosense), so only a
+/// unit attention is ever pending; otherwise `sense` is NO SENSE.
+fn request_sense(sense: Sense, descriptor: bool, alloc: u32) -> Vec<u8> {
     let data = if descriptor {
         sense.to_descriptor()
     } else {
@@ -497,8 +665,8 @@ fn read_capacity_16(g: &Geometry) -> Vec<u8> {
     push_be(&mut out, g.block_count.saturating_sub(1), 8);
     push_be(&mut out, u64::from(g.block_size), 4);
     out.push(0); // no protection
-    out.push(0); // one logical block per physical block
-                 // LBPME and LBPRZ: unmapped blocks read as zeros.
+    out.push(g.physical_block_exponent() & 0x0f);
+    // LBPME and LBPRZ: unmapped blocks read as zeros. Lowest aligned LBA 0.
     out.push(if g.can_unmap { 0xc0 } else { 0 });
     out.push(0);
     out.resize(32, 0);

@@ -29,6 +29,9 @@ impl MemoryBackend {
                 read_only: false,
                 can_unmap: true,
                 max_transfer_blocks: (8 << 20) / block_size,
+                physical_block_size: block_size,
+                // Every write holds the map's write lock throughout.
+                max_atomic_blocks: (8 << 20) / block_size,
                 serial: serial.to_string(),
                 naa_id,
             },
@@ -39,6 +42,19 @@ impl MemoryBackend {
     /// The same unit, refusing writes.
     pub fn read_only(mut self) -> Self {
         self.geometry.read_only = true;
+        self
+    }
+
+    /// The same unit, reporting physical blocks of `bytes` (a power-of-two multiple of the
+    /// block size), as a device with a larger internal page would.
+    pub fn with_physical_block_size(mut self, bytes: u32) -> Self {
+        self.geometry.physical_block_size = bytes;
+        self
+    }
+
+    /// The same unit, promising atomicity for writes of at most `blocks` blocks (zero: none).
+    pub fn with_max_atomic_blocks(mut self, blocks: u32) -> Self {
+        self.geometry.max_atomic_blocks = blocks;
         self
     }
 
@@ -125,6 +141,20 @@ impl BlockBackend for MemoryBackend {
         Ok(CompareOutcome::Written)
     }
 
+    async fn or_write(&self, lba: u64, data: &[u8]) -> Result<(), BackendError> {
+        if self.geometry.read_only {
+            return Err(BackendError::ReadOnly);
+        }
+        let mut map = self.blocks.write().map_err(|_| poisoned())?;
+        let blocks = (data.len() / self.bs()) as u64;
+        let mut merged = self.read_locked(&map, lba, blocks);
+        for (m, d) in merged.iter_mut().zip(data) {
+            *m |= d;
+        }
+        self.write_locked(&mut map, lba, &merged);
+        Ok(())
+    }
+
     async fn lba_status(&self, lba: u64) -> Result<(Provisioning, u64), BackendError> {
         let map = self.blocks.read().map_err(|_| poisoned())?;
         let end = self.geometry.block_count;
@@ -174,5 +204,17 @@ mod tests {
         let out = m.compare_and_write(0, &[0; 512], &[9; 512]).await.unwrap();
         assert_eq!(out, CompareOutcome::Written);
         assert_eq!(m.read(0, 1).await.unwrap(), vec![9; 512]);
+    }
+
+    #[tokio::test]
+    async fn or_write_merges_bits() {
+        let m = MemoryBackend::new("s", 512, 4);
+        m.write(1, &[0x0f; 512]).await.unwrap();
+        m.or_write(1, &[0x30; 1024]).await.unwrap();
+        assert_eq!(m.read(1, 1).await.unwrap(), vec![0x3f; 512]);
+        assert_eq!(m.read(2, 1).await.unwrap(), vec![0x30; 512]);
+        assert_eq!(m.lba_status(2).await.unwrap().0, Provisioning::Mapped);
+        let ro = MemoryBackend::new("s", 512, 4).read_only();
+        assert_eq!(ro.or_write(0, &[1; 512]).await, Err(BackendError::ReadOnly));
     }
 }

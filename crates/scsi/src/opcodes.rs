@@ -4,6 +4,7 @@
 use crate::cdb::{op, Cdb};
 use crate::sense::Sense;
 use crate::wire::push_be;
+use crate::xcopy::{SA_COPY_STATUS, SA_EXTENDED_COPY_LID1, SA_OPERATING_PARAMETERS};
 
 /// One supported command.
 #[derive(Debug, Clone, Copy)]
@@ -84,6 +85,11 @@ pub const COMMANDS: &[Command] = &[
         &[0x35, 0x02, 0xff, 0xff, 0xff, 0xff, 0x3f, 0xff, 0xff, 0x07],
     ),
     cmd(
+        op::READ_DEFECT_DATA_10,
+        None,
+        &[0x37, 0, 0x1f, 0, 0, 0, 0, 0xff, 0xff, 0x07],
+    ),
+    cmd(
         op::WRITE_SAME_10,
         None,
         &[0x41, 0x08, 0xff, 0xff, 0xff, 0xff, 0x3f, 0xff, 0xff, 0x07],
@@ -117,6 +123,27 @@ pub const COMMANDS: &[Command] = &[
     cmd(op::PERSISTENT_RESERVE_OUT, Some(5), &PROUT_USAGE),
     cmd(op::PERSISTENT_RESERVE_OUT, Some(6), &PROUT_USAGE),
     cmd(
+        op::EXTENDED_COPY,
+        Some(SA_EXTENDED_COPY_LID1 as u16),
+        &[
+            0x83, 0x00, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0, 0x07,
+        ],
+    ),
+    cmd(
+        op::RECEIVE_COPY_RESULTS,
+        Some(SA_COPY_STATUS as u16),
+        &[
+            0x84, 0x00, 0xff, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0, 0x07,
+        ],
+    ),
+    cmd(
+        op::RECEIVE_COPY_RESULTS,
+        Some(SA_OPERATING_PARAMETERS as u16),
+        &[
+            0x84, 0x03, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0, 0x07,
+        ],
+    ),
+    cmd(
         op::READ_16,
         None,
         &[
@@ -136,6 +163,14 @@ pub const COMMANDS: &[Command] = &[
         None,
         &[
             0x8a, 0x18, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+            0x3f, 0x07,
+        ],
+    ),
+    cmd(
+        op::ORWRITE_16,
+        None,
+        &[
+            0x8b, 0x18, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
             0x3f, 0x07,
         ],
     ),
@@ -176,6 +211,14 @@ pub const COMMANDS: &[Command] = &[
         None,
         &[
             0x93, 0x09, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+            0x3f, 0x07,
+        ],
+    ),
+    cmd(
+        op::WRITE_ATOMIC_16,
+        None,
+        &[
+            0x9c, 0x18, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
             0x3f, 0x07,
         ],
     ),
@@ -232,6 +275,13 @@ pub const COMMANDS: &[Command] = &[
         None,
         &[
             0xaf, 0x16, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x3f, 0x07,
+        ],
+    ),
+    cmd(
+        op::READ_DEFECT_DATA_12,
+        None,
+        &[
+            0xb7, 0x1f, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0, 0x07,
         ],
     ),
 ];
@@ -362,5 +412,18 @@ mod tests {
         assert!(report(&rsoc(false, 2, op::READ_10, 0)).is_err());
         let d = report(&rsoc(false, 1, 0xc5, 0)).unwrap();
         assert_eq!(d[1] & 7, 1);
+    }
+
+    #[test]
+    fn new_writes_report_dpo_and_fua() {
+        // Mode sense sets DPOFUA, so the usage data of these writes must show DPO and FUA.
+        for opcode in [op::ORWRITE_16, op::WRITE_ATOMIC_16] {
+            let d = report(&rsoc(false, 1, opcode, 0)).unwrap();
+            assert_eq!(d[1] & 7, 3, "opcode {opcode:#x} supported");
+            assert_eq!(d[5] & 0x18, 0x18, "opcode {opcode:#x}");
+        }
+        for opcode in [op::READ_DEFECT_DATA_10, op::READ_DEFECT_DATA_12] {
+            assert_eq!(report(&rsoc(false, 1, opcode, 0)).unwrap()[1] & 7, 3);
+        }
     }
 }

@@ -112,7 +112,9 @@ impl Access {
             Cdb::Read { .. }
             | Cdb::Verify { .. }
             | Cdb::PreFetch { .. }
-            | Cdb::GetLbaStatus { .. } => Self::Read,
+            | Cdb::GetLbaStatus { .. }
+            | Cdb::ReadDefectData { .. }
+            | Cdb::ReceiveCopyResults { .. } => Self::Read,
             Cdb::PersistentReserveOut { .. } => Self::PersistentReserveOut,
             Cdb::Reserve | Cdb::Release => Self::Legacy,
             Cdb::Write { .. }
@@ -120,6 +122,9 @@ impl Access {
             | Cdb::WriteSame { .. }
             | Cdb::Unmap { .. }
             | Cdb::CompareAndWrite { .. }
+            | Cdb::OrWrite { .. }
+            | Cdb::WriteAtomic { .. }
+            | Cdb::ExtendedCopy { .. }
             | Cdb::SynchronizeCache { .. }
             | Cdb::ModeSelect { .. }
             | Cdb::ModeSense { .. }

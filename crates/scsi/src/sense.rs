@@ -60,6 +60,7 @@ pub enum SenseKey {
     IllegalRequest = 0x5,
     UnitAttention = 0x6,
     DataProtect = 0x7,
+    CopyAborted = 0xa,
     AbortedCommand = 0xb,
     Miscompare = 0xe,
 }
@@ -71,8 +72,14 @@ pub struct Asc(pub u8, pub u8);
 impl Asc {
     /// 00/00.
     pub const NO_ADDITIONAL_SENSE: Self = Self(0x00, 0x00);
+    /// 00/16 OPERATION IN PROGRESS (an EXTENDED COPY with the same list identifier runs).
+    pub const OPERATION_IN_PROGRESS: Self = Self(0x00, 0x16);
     /// 0C/00.
     pub const WRITE_ERROR: Self = Self(0x0c, 0x00);
+    /// 0D/02 COPY TARGET DEVICE NOT REACHABLE.
+    pub const COPY_TARGET_DEVICE_NOT_REACHABLE: Self = Self(0x0d, 0x02);
+    /// 0D/03 INCORRECT COPY TARGET DEVICE TYPE.
+    pub const INCORRECT_COPY_TARGET_DEVICE_TYPE: Self = Self(0x0d, 0x03);
     /// 0E/03 INVALID FIELD IN COMMAND INFORMATION UNIT (transport length mismatch).
     pub const INVALID_FIELD_IN_COMMAND_IU: Self = Self(0x0e, 0x03);
     /// 11/00.
@@ -93,6 +100,16 @@ impl Asc {
     pub const INVALID_FIELD_IN_PARAMETER_LIST: Self = Self(0x26, 0x00);
     /// 26/04 INVALID RELEASE OF PERSISTENT RESERVATION.
     pub const INVALID_RELEASE_OF_PR: Self = Self(0x26, 0x04);
+    /// 26/06 TOO MANY TARGET DESCRIPTORS (EXTENDED COPY CSCD descriptors).
+    pub const TOO_MANY_TARGET_DESCRIPTORS: Self = Self(0x26, 0x06);
+    /// 26/07 UNSUPPORTED TARGET DESCRIPTOR TYPE CODE.
+    pub const UNSUPPORTED_TARGET_DESCRIPTOR_TYPE: Self = Self(0x26, 0x07);
+    /// 26/08 TOO MANY SEGMENT DESCRIPTORS.
+    pub const TOO_MANY_SEGMENT_DESCRIPTORS: Self = Self(0x26, 0x08);
+    /// 26/09 UNSUPPORTED SEGMENT DESCRIPTOR TYPE CODE.
+    pub const UNSUPPORTED_SEGMENT_DESCRIPTOR_TYPE: Self = Self(0x26, 0x09);
+    /// 26/0B INLINE DATA LENGTH EXCEEDED.
+    pub const INLINE_DATA_LENGTH_EXCEEDED: Self = Self(0x26, 0x0b);
     /// 27/00.
     pub const WRITE_PROTECTED: Self = Self(0x27, 0x00);
     /// 29/00.

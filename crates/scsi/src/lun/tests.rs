@@ -171,8 +171,201 @@ fn write_same_writes_or_unmaps() {
     u[1] = 0x08;
     assert_eq!(run(&l, &u, &[0; BS]).status, Status::Good);
     assert_eq!(run(&l, &cdb10(0x28, 10, 3), &[]).data, vec![0; 3 * BS]);
-    let zero = cdb10(0x41, 0, 0);
-    assert_eq!(asc(&run(&l, &zero, &[0; BS])), Asc::INVALID_FIELD_IN_CDB);
+    // With UNMAP set the blocks are unmapped whatever the data-out holds (SBC-3 5.43).
+    run(&l, &c, &[9; BS]);
+    assert_eq!(run(&l, &u, &[0xff; BS]).status, Status::Good);
+    assert_eq!(run(&l, &cdb10(0x28, 10, 3), &[]).data, vec![0; 3 * BS]);
+    let mut status = cdb16(0x9e, 10, 24);
+    status[1] = 0x12;
+    let d = run(&l, &status, &[]).data;
+    let run_blocks = crate::wire::be32(&d[16..20]);
+    assert_eq!(
+        (run_blocks, d[20]),
+        (118, 1),
+        "deallocated from 10 to the end"
+    );
+}
+
+#[test]
+fn write_same_of_zero_blocks_runs_to_the_end() {
+    let l = lun();
+    assert_eq!(run(&l, &cdb10(0x41, 120, 0), &[4; BS]).status, Status::Good);
+    assert_eq!(run(&l, &cdb10(0x28, 119, 9), &[]).data[..BS], [0; BS]);
+    assert_eq!(run(&l, &cdb10(0x28, 120, 8), &[]).data, vec![4; 8 * BS]);
+    let mut unmap = cdb16(0x93, 124, 0);
+    unmap[1] = 0x08;
+    assert_eq!(run(&l, &unmap, &[0; BS]).status, Status::Good);
+    assert_eq!(
+        run(&l, &cdb10(0x28, 120, 8), &[]).data[4 * BS..],
+        [0; 4 * BS]
+    );
+    assert_eq!(run(&l, &cdb10(0x28, 120, 4), &[]).data, vec![4; 4 * BS]);
+    for lba in [BLOCKS, BLOCKS + 1, u64::MAX] {
+        let r = run(&l, &cdb16(0x93, lba, 0), &[0; BS]);
+        assert_eq!(asc(&r), Asc::LBA_OUT_OF_RANGE, "lba {lba}");
+    }
+}
+
+#[test]
+fn write_same_is_bounded_by_the_maximum_write_same_length() {
+    let backend = MemoryBackend::new("big", BS as u32, 20_000);
+    let max = u64::from(max_write_same_blocks(&backend.geometry()));
+    assert!(max < 20_000);
+    let l = Lun::new(Arc::new(backend));
+    let ws = |lba: u64, blocks: u32| run(&l, &cdb16(0x93, lba, blocks), &[1; BS]);
+    assert_eq!(
+        asc(&ws(0, 0)),
+        Asc::INVALID_FIELD_IN_CDB,
+        "to the end is too long"
+    );
+    assert_eq!(asc(&ws(20_000 - max - 1, 0)), Asc::INVALID_FIELD_IN_CDB);
+    assert_eq!(asc(&ws(0, max as u32 + 1)), Asc::INVALID_FIELD_IN_CDB);
+    assert_eq!(ws(20_000 - max, 0).status, Status::Good);
+    let last = run(&l, &cdb16(0x88, 19_999, 1), &[]).data;
+    assert_eq!(last, vec![1; BS]);
+}
+
+#[test]
+fn orwrite_ors_into_the_blocks() {
+    let l = lun();
+    run(&l, &cdb10(0x2a, 6, 2), &[0x0f; 2 * BS]);
+    let mut data = vec![0xa0; BS];
+    data.extend(vec![0x50; BS]);
+    data.extend(vec![0x05; BS]);
+    assert_eq!(run(&l, &cdb16(0x8b, 6, 3), &data).status, Status::Good);
+    let d = run(&l, &cdb10(0x28, 6, 3), &[]).data;
+    assert_eq!(d[..BS], [0xaf; BS]);
+    assert_eq!(d[BS..2 * BS], [0x5f; BS]);
+    assert_eq!(
+        d[2 * BS..],
+        [0x05; BS],
+        "a deallocated block ORs with zeros"
+    );
+    let mut fua = cdb16(0x8b, 6, 1);
+    fua[1] = 0x18;
+    assert_eq!(run(&l, &fua, &[0x10; BS]).status, Status::Good);
+    assert_eq!(run(&l, &cdb16(0x8b, 0, 0), &[]).status, Status::Good);
+}
+
+#[test]
+fn orwrite_errors() {
+    let l = lun();
+    for lba in [BLOCKS, BLOCKS - 1, u64::MAX] {
+        let r = run(&l, &cdb16(0x8b, lba, 2), &[0; 2 * BS]);
+        assert_eq!(asc(&r), Asc::LBA_OUT_OF_RANGE, "lba {lba}");
+    }
+    assert_eq!(
+        asc(&run(&l, &cdb16(0x8b, BLOCKS + 1, 0), &[])),
+        Asc::LBA_OUT_OF_RANGE
+    );
+    assert_eq!(
+        asc(&run(&l, &cdb16(0x8b, 0, 2), &[0; BS])),
+        Asc::PARAMETER_LIST_LENGTH_ERROR
+    );
+    let mut protect = cdb16(0x8b, 0, 1);
+    for orprotect in 1..8u8 {
+        protect[1] = orprotect << 5;
+        let r = run(&l, &protect, &[0; BS]);
+        assert_eq!(asc(&r), Asc::INVALID_FIELD_IN_CDB, "ORPROTECT {orprotect}");
+    }
+    let max = l.geometry().max_transfer_blocks;
+    let big = MemoryBackend::new("big", BS as u32, u64::from(max) * 2);
+    let big = Lun::new(Arc::new(big));
+    let r = run(&big, &cdb16(0x8b, 0, max + 1), &[]);
+    assert_eq!(
+        asc(&r),
+        Asc::INVALID_FIELD_IN_CDB,
+        "beyond the maximum transfer"
+    );
+    let ro = Lun::new(Arc::new(MemoryBackend::new("ro", 512, 16).read_only()));
+    let r = run(&ro, &cdb16(0x8b, 0, 1), &[1; BS]);
+    assert_eq!(r.sense.unwrap().key, SenseKey::DataProtect);
+}
+
+#[test]
+fn write_atomic_writes_within_the_atomic_limit() {
+    let l = lun();
+    let data = vec![0x6c; 4 * BS];
+    assert_eq!(run(&l, &cdb_atomic(9, 4, 0), &data).status, Status::Good);
+    assert_eq!(run(&l, &cdb10(0x28, 9, 4), &[]).data, data);
+    assert_eq!(run(&l, &cdb_atomic(0, 0, 0), &[]).status, Status::Good);
+    for lba in [BLOCKS + 1, 1 << 63, u64::MAX] {
+        let r = run(&l, &cdb_atomic(lba, 0, 0), &[]);
+        assert_eq!(asc(&r), Asc::LBA_OUT_OF_RANGE, "lba {lba}");
+    }
+    let r = run(&l, &cdb_atomic(BLOCKS - 1, 2, 0), &[0; 2 * BS]);
+    assert_eq!(asc(&r), Asc::LBA_OUT_OF_RANGE);
+    let r = run(&l, &cdb_atomic(0, 1, 1), &[0; BS]);
+    assert_eq!(
+        asc(&r),
+        Asc::INVALID_FIELD_IN_CDB,
+        "atomic boundaries unsupported"
+    );
+    let mut protect = cdb_atomic(0, 1, 0);
+    protect[1] = 0x20;
+    assert_eq!(asc(&run(&l, &protect, &[0; BS])), Asc::INVALID_FIELD_IN_CDB);
+}
+
+#[test]
+fn write_atomic_refuses_more_than_the_atomic_maximum() {
+    let mut small = MemoryBackend::new("small", BS as u32, BLOCKS);
+    small = small.with_max_atomic_blocks(2);
+    let l = Lun::new(Arc::new(small));
+    assert_eq!(
+        run(&l, &cdb_atomic(0, 2, 0), &[1; 2 * BS]).status,
+        Status::Good
+    );
+    let r = run(&l, &cdb_atomic(0, 3, 0), &[1; 3 * BS]);
+    assert_eq!(asc(&r), Asc::INVALID_FIELD_IN_CDB);
+    assert_eq!(
+        run(&l, &cdb10(0x28, 2, 1), &[]).data,
+        vec![0; BS],
+        "nothing written"
+    );
+    let none = MemoryBackend::new("none", BS as u32, BLOCKS).with_max_atomic_blocks(0);
+    let r = run(&Lun::new(Arc::new(none)), &cdb_atomic(0, 1, 0), &[1; BS]);
+    assert_eq!(asc(&r), Asc::INVALID_COMMAND_OPERATION_CODE);
+}
+
+fn cdb_atomic(lba: u64, blocks: u16, boundary: u16) -> [u8; 16] {
+    let mut c = [0u8; 16];
+    c[0] = 0x9c;
+    crate::wire::put_be(&mut c[2..10], lba);
+    crate::wire::put_be(&mut c[10..12], u64::from(boundary));
+    crate::wire::put_be(&mut c[12..14], u64::from(blocks));
+    c
+}
+
+#[test]
+fn read_defect_data_reports_empty_lists() {
+    let l = lun();
+    let d = run(&l, &[0x37, 0, 0x18, 0, 0, 0, 0, 0, 32, 0], &[]).data;
+    assert_eq!(
+        d,
+        [0, 0x18, 0, 0],
+        "PLISTV, GLISTV, short block format, no defects"
+    );
+    let d = run(&l, &[0x37, 0, 0x03, 0, 0, 0, 0, 0, 2, 0], &[]).data;
+    assert_eq!(d, [0, 0x03], "clipped to the allocation length");
+    let mut c12 = [0u8; 12];
+    c12[0] = 0xb7;
+    c12[1] = 0x14;
+    c12[9] = 32;
+    assert_eq!(run(&l, &c12, &[]).data, [0, 0x14, 0, 0, 0, 0, 0, 0]);
+    let r = run(&l, &[0x37, 0, 0x01, 0, 0, 0, 0, 0, 32, 0], &[]);
+    assert_eq!(asc(&r), Asc::INVALID_FIELD_IN_CDB, "reserved format");
+}
+
+#[test]
+fn read_capacity_16_reports_the_physical_block() {
+    let backend = MemoryBackend::new("pb", 512, 64).with_physical_block_size(4096);
+    let l = Lun::new(Arc::new(backend));
+    let mut c = cdb16(0x9e, 0, 32);
+    c[1] = 0x10;
+    let d = run(&l, &c, &[]).data;
+    assert_eq!(d[13] & 0x0f, 3, "8 logical blocks per physical block");
+    assert_eq!((d[14] & 0x3f, d[15]), (0, 0), "lowest aligned LBA 0");
+    assert_eq!(run(&lun(), &c, &[]).data[13], 0);
 }
 
 #[test]
@@ -199,6 +392,12 @@ fn data_out_lengths() {
     let mut caw = cdb16(0x89, 0, 0);
     caw[13] = 2;
     assert_eq!(data_out_len(&caw, 512), Some(2048));
+    assert_eq!(data_out_len(&cdb16(0x8b, 0, 3), 512), Some(1536));
+    assert_eq!(data_out_len(&cdb_atomic(0, 2, 0), 512), Some(1024));
+    assert_eq!(
+        data_out_len(&[0x37, 0, 0, 0, 0, 0, 0, 0, 32, 0], 512),
+        Some(0)
+    );
 }
 
 #[test]
