@@ -47,7 +47,7 @@ enum Command {
     /// Inspect log devices offline.
     #[command(subcommand)]
     Log(LogCmd),
-    /// Run a disk/array simulation experiment (Trail, Mariner papers); see docs/simulation.md.
+    /// Run a disk/array simulation experiment (Trail, Mariner, EW-Array papers); see docs/simulation.md.
     Sim(sim_cmd::SimArgs),
 }
 

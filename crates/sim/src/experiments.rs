@@ -43,6 +43,10 @@ pub const EXPERIMENTS: &[(&str, &str)] = &[
         "mariner-paper Fig. 6(c): T_wait vs throughput and latency",
     ),
     (
+        "mariner-fig6d",
+        "mariner-paper Fig. 6(d): T_idle (recalibration interval) vs latency",
+    ),
+    (
         "ew-fig4",
         "ew-array-paper Fig. 4: eager-writing schedulers vs queue length",
     ),
@@ -51,8 +55,12 @@ pub const EXPERIMENTS: &[(&str, &str)] = &[
         "ew-array-paper Fig. 5: eager-writing schedulers vs read fraction",
     ),
     (
+        "ew-fig4-settle",
+        "ew-array-paper Figs. 4-5 at queue 64 under other write settle times",
+    ),
+    (
         "ew-fig11",
-        "ew-array-paper Fig. 11: sustainable TPC-C-like speedup, 36 disks",
+        "ew-array-paper Figs. 10-11: response and sustainable TPC-C-like speedup, 36 disks",
     ),
     (
         "ew-map",
@@ -71,9 +79,11 @@ pub fn run(name: &str, seed: u64) -> Option<Report> {
         "mariner-fig6a" => mariner::fig6a(seed, 20_000),
         "mariner-fig6b" => mariner::fig6b(seed, 20_000),
         "mariner-fig6c" => mariner::fig6c(seed, 20_000),
+        "mariner-fig6d" => mariner::fig6d(seed, 20_000),
         "ew-fig4" => crate::ewexp::fig4(seed, 20_000),
         "ew-fig5" => crate::ewexp::fig5(seed, 20_000),
-        "ew-fig11" => crate::ewexp::fig11(seed, 20_000),
+        "ew-fig4-settle" => crate::ewexp::fig4_settle(seed, 20_000),
+        "ew-fig11" => crate::ewexp::fig11(seed, 100_000),
         "ew-map" => crate::ewexp::map_recovery(),
         _ => return None,
     })

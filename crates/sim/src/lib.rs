@@ -6,6 +6,7 @@
 
 pub mod conventional;
 pub mod disk;
+pub mod driver;
 pub mod ewarray;
 pub mod ewdisk;
 pub mod ewexp;

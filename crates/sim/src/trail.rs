@@ -9,11 +9,15 @@
 //!   background, FCFS. A log track is free again once its data is on the main disk.
 //! - Reads go to the main disk only (caching disabled, as the paper) and preempt an ongoing
 //!   write-back, which is restarted later from scratch.
+//!
+//! [`Trail`] is one event-driven [`Model`] of all three, so any arrival process of
+//! [`crate::driver`] can drive it (a closed loop too).
 
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::VecDeque;
 
 use crate::conventional;
 use crate::disk::DiskParams;
+use crate::driver::{drive_trace, Model};
 use crate::rng::SplitMix64;
 use crate::stats::{Busy, Mean};
 use crate::workload::Request;
@@ -42,13 +46,10 @@ pub fn run(
     limit_log_space: bool,
     rng: &mut SplitMix64,
 ) -> TrailResult {
-    let mut out = TrailResult::default();
-    let written_back = main_disk(disk, reqs, rng, &mut out);
-    buffer_occupancy(reqs, &written_back, &mut out);
-    let tracks = u64::from(disk.cylinders()) * u64::from(disk.heads);
-    let capacity = if limit_log_space { tracks } else { u64::MAX };
-    log_disk(disk, reqs, &written_back, capacity, &mut out);
-    out
+    let mut t = Trail::new(disk, limit_log_space, rng.clone());
+    drive_trace(&mut t, reqs);
+    *rng = t.rng;
+    t.result
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -64,158 +65,244 @@ struct MainOp {
     seek_end: f64,
 }
 
-/// The main disk: reads first, preempting write-backs. Returns each request's write-back
-/// completion time (reads: their arrival, unused).
-fn main_disk(
-    disk: &DiskParams,
-    reqs: &[Request],
-    rng: &mut SplitMix64,
-    out: &mut TrailResult,
-) -> Vec<f64> {
-    let mut done = vec![0.0; reqs.len()];
-    let (mut reads, mut backs) = (VecDeque::new(), VecDeque::new());
-    let mut cur: Option<MainOp> = None;
-    let mut head = 0u32;
-    let mut next = 0;
-    loop {
-        let arrival = reqs.get(next).map(|r| r.arrival_ms);
-        match (cur, arrival) {
-            (Some(op), a) if a.is_none_or(|a| op.end <= a) => {
-                finish(reqs, op, &mut done, out);
-                head = op.to_cyl;
-                cur = start_next(disk, reqs, &mut reads, &mut backs, head, op.end, rng);
-            }
-            (_, Some(t)) => {
-                let r = &reqs[next];
-                if r.write {
-                    backs.push_back(next);
-                } else {
-                    reads.push_back(next);
-                    if let Some(op) = cur.filter(|op| reqs[op.idx].write) {
-                        // Preempt: the time spent is lost; the write-back starts over later.
-                        out.main_bw.add(0.0, t - op.start);
-                        head = if t >= op.seek_end {
-                            op.to_cyl
-                        } else {
-                            op.from_cyl
-                        };
-                        backs.push_front(op.idx);
-                        cur = None;
-                    }
-                }
-                next += 1;
-                if cur.is_none() {
-                    cur = start_next(disk, reqs, &mut reads, &mut backs, head, t, rng);
-                }
-            }
-            (None, None) => break,
-            (Some(_), None) => unreachable!("covered by the first arm"),
-        }
-    }
-    done
+/// A log track range in use until its write is on the log and its data on the main disk.
+#[derive(Debug, Clone, Copy)]
+struct Held {
+    idx: usize,
+    tracks: u64,
+    log_end: f64,
 }
 
-fn start_next(
-    disk: &DiskParams,
-    reqs: &[Request],
-    reads: &mut VecDeque<usize>,
-    backs: &mut VecDeque<usize>,
+/// A Trail disk as a [`Model`]: the main disk (reads first, preempting write-backs), the
+/// controller buffer, and the log disk (FCFS, one write per track).
+#[derive(Debug, Clone)]
+pub struct Trail<'a> {
+    disk: &'a DiskParams,
+    rng: SplitMix64,
+    reqs: Vec<Request>,
+    /// Write-back completion of each write, once it happened.
+    written_back: Vec<Option<f64>>,
+    reads: VecDeque<usize>,
+    backs: VecDeque<usize>,
+    cur: Option<MainOp>,
     head: u32,
-    now: f64,
-    rng: &mut SplitMix64,
-) -> Option<MainOp> {
-    let idx = reads.pop_front().or_else(|| backs.pop_front())?;
-    let r = &reqs[idx];
-    let (transfer, overhead, to_cyl) = conventional::access(disk, head, r, rng);
-    let seek = disk.seek.time_ms(head.abs_diff(disk.chs(r.lba).cylinder));
-    Some(MainOp {
-        idx,
-        start: now,
-        end: now + transfer + overhead,
-        transfer,
-        overhead,
-        from_cyl: head,
-        to_cyl,
-        seek_end: now + disk.controller_ms + seek,
-    })
+    buffered_bytes: u64,
+    log: LogState,
+    pub result: TrailResult,
 }
 
-fn finish(reqs: &[Request], op: MainOp, done: &mut [f64], out: &mut TrailResult) {
-    out.main_bw.add(op.transfer, op.overhead);
-    let r = &reqs[op.idx];
-    done[op.idx] = op.end;
-    if !r.write {
-        out.read_latency_ms.add(op.end - r.arrival_ms);
-    }
-}
-
-/// Mean bytes in the controller buffer when a request arrives: writes that arrived and are not
-/// yet on the main disk.
-fn buffer_occupancy(reqs: &[Request], done: &[f64], out: &mut TrailResult) {
-    // Min-heap of (write-back time, bytes) as ordered bits of a non-negative f64.
-    let mut held: BinaryHeap<std::cmp::Reverse<(u64, u64)>> = BinaryHeap::new();
-    let mut bytes = 0u64;
-    for (i, r) in reqs.iter().enumerate() {
-        while let Some(std::cmp::Reverse((t, b))) = held.peek().copied() {
-            if f64::from_bits(t) > r.arrival_ms {
-                break;
-            }
-            held.pop();
-            bytes -= b;
-        }
-        out.buffer_kb.add(bytes as f64 / 1024.0);
-        if r.write {
-            held.push(std::cmp::Reverse((done[i].to_bits(), r.bytes)));
-            bytes += r.bytes;
-        }
-    }
-}
-
-/// The log disk: one write per track, FCFS.
-fn log_disk(
-    disk: &DiskParams,
-    reqs: &[Request],
-    done: &[f64],
+#[derive(Debug, Clone)]
+struct LogState {
+    queue: VecDeque<usize>,
+    /// The write on the log disk: (end, request).
+    busy: Option<(f64, usize)>,
+    track: u64,
+    tracks: u64,
+    /// The head has reached the next track.
+    ready_at: f64,
+    /// End of the last log write.
+    free_at: f64,
+    held: VecDeque<Held>,
+    in_use: u64,
     capacity: u64,
-    out: &mut TrailResult,
-) {
-    let spt = u64::from(disk.outer_spt());
-    let tracks = u64::from(disk.cylinders()) * u64::from(disk.heads);
-    let mut used: VecDeque<(f64, u64)> = VecDeque::new();
-    let mut in_use = 0u64;
-    let (mut track, mut ready_at, mut free_at) = (0u64, 0.0_f64, 0.0_f64);
-    for (i, r) in reqs.iter().enumerate().filter(|(_, r)| r.write) {
-        let sectors = r.bytes.div_ceil(u64::from(disk.sector_bytes));
-        let k = sectors.div_ceil(spt).min(tracks);
-        let mut start = free_at.max(r.arrival_ms);
-        while in_use + k > capacity {
-            let Some((t, n)) = used.pop_front() else {
+}
+
+impl<'a> Trail<'a> {
+    pub fn new(disk: &'a DiskParams, limit_log_space: bool, rng: SplitMix64) -> Self {
+        let tracks = u64::from(disk.cylinders()) * u64::from(disk.heads);
+        Self {
+            disk,
+            rng,
+            reqs: Vec::new(),
+            written_back: Vec::new(),
+            reads: VecDeque::new(),
+            backs: VecDeque::new(),
+            cur: None,
+            head: 0,
+            buffered_bytes: 0,
+            log: LogState {
+                queue: VecDeque::new(),
+                busy: None,
+                track: 0,
+                tracks,
+                ready_at: 0.0,
+                free_at: 0.0,
+                held: VecDeque::new(),
+                in_use: 0,
+                capacity: if limit_log_space { tracks } else { u64::MAX },
+            },
+            result: TrailResult::default(),
+        }
+    }
+
+    fn start_main(&mut self, now: f64) {
+        if self.cur.is_some() {
+            return;
+        }
+        let Some(idx) = self.reads.pop_front().or_else(|| self.backs.pop_front()) else {
+            return;
+        };
+        let r = &self.reqs[idx];
+        let (transfer, overhead, to_cyl) =
+            conventional::access(self.disk, self.head, r, &mut self.rng);
+        let seek = self
+            .disk
+            .seek
+            .time_ms(self.head.abs_diff(self.disk.chs(r.lba).cylinder));
+        self.cur = Some(MainOp {
+            idx,
+            start: now,
+            end: now + transfer + overhead,
+            transfer,
+            overhead,
+            from_cyl: self.head,
+            to_cyl,
+            seek_end: now + self.disk.controller_ms + seek,
+        });
+    }
+
+    /// A read preempts a write-back in progress: the time spent is lost and the write-back
+    /// starts over later.
+    fn preempt(&mut self, now: f64) {
+        let Some(op) = self.cur.filter(|op| self.reqs[op.idx].write) else {
+            return;
+        };
+        self.result.main_bw.add(0.0, now - op.start);
+        self.head = if now >= op.seek_end {
+            op.to_cyl
+        } else {
+            op.from_cyl
+        };
+        self.backs.push_front(op.idx);
+        self.cur = None;
+    }
+
+    fn finish_main(&mut self, done: &mut Vec<usize>) {
+        let Some(op) = self.cur.take() else { return };
+        self.result.main_bw.add(op.transfer, op.overhead);
+        self.head = op.to_cyl;
+        let r = self.reqs[op.idx];
+        if r.write {
+            self.written_back[op.idx] = Some(op.end);
+            self.buffered_bytes -= r.bytes;
+            self.start_log(op.end);
+        } else {
+            self.result.read_latency_ms.add(op.end - r.arrival_ms);
+            done.push(op.idx);
+        }
+        self.start_main(op.end);
+    }
+
+    /// Starts the next log write at `now` if the log disk is free and has room for it; a
+    /// write short of room waits for the oldest held tracks' write-back (§2.1).
+    fn start_log(&mut self, now: f64) {
+        let l = &mut self.log;
+        if l.busy.is_some() {
+            return;
+        }
+        let Some(&idx) = l.queue.front() else { return };
+        let r = self.reqs[idx];
+        let sectors = r.bytes.div_ceil(u64::from(self.disk.sector_bytes));
+        let spt = u64::from(self.disk.outer_spt());
+        let k = sectors.div_ceil(spt).min(l.tracks);
+        // Since when the write could have started but for space.
+        let mut since = l.free_at.max(r.arrival_ms);
+        while l.in_use + k > l.capacity {
+            let Some(h) = l.held.front().copied() else {
                 break;
             };
-            if t > start {
-                start = t;
-                out.space_waits += 1;
+            let Some(back) = self.written_back[h.idx] else {
+                return; // retried when that write-back completes
+            };
+            let t = h.log_end.max(back);
+            if t > since {
+                since = t;
+                self.result.space_waits += 1;
             }
-            in_use -= n;
+            l.in_use -= h.tracks;
+            l.held.pop_front();
         }
-        while used.front().is_some_and(|&(t, _)| t <= start) {
-            in_use -= used.pop_front().map_or(0, |(_, n)| n);
+        while let Some(h) = l.held.front().copied() {
+            if self.written_back[h.idx].is_none_or(|b| h.log_end.max(b) > now) {
+                break;
+            }
+            l.in_use -= h.tracks;
+            l.held.pop_front();
         }
-        let wait = (ready_at - start).max(0.0);
+        l.queue.pop_front();
+        let wait = (l.ready_at - now).max(0.0);
         let mut extra = 0.0;
         for _ in 1..k {
-            extra += track_move(disk, track, tracks);
-            track = (track + 1) % tracks;
+            extra += track_move(self.disk, l.track, l.tracks);
+            l.track = (l.track + 1) % l.tracks;
         }
-        let transfer = disk.transfer_ms(sectors, disk.outer_spt());
-        let end = start + wait + extra + transfer;
-        out.log_bw.add(transfer, wait + extra);
-        out.write_latency_ms.add(end - r.arrival_ms);
-        ready_at = end + track_move(disk, track, tracks);
-        track = (track + 1) % tracks;
-        free_at = end;
-        in_use += k;
-        used.push_back((end.max(done[i]), k));
+        let transfer = self.disk.transfer_ms(sectors, self.disk.outer_spt());
+        let end = now + wait + extra + transfer;
+        self.result.log_bw.add(transfer, wait + extra);
+        l.ready_at = end + track_move(self.disk, l.track, l.tracks);
+        l.track = (l.track + 1) % l.tracks;
+        l.free_at = end;
+        l.in_use += k;
+        l.held.push_back(Held {
+            idx,
+            tracks: k,
+            log_end: end,
+        });
+        l.busy = Some((end, idx));
+    }
+}
+
+impl Model for Trail<'_> {
+    fn submit(&mut self, id: usize, req: &Request, _: &mut Vec<usize>) {
+        let now = req.arrival_ms;
+        debug_assert_eq!(id, self.reqs.len());
+        self.reqs.push(*req);
+        self.written_back.push(None);
+        self.result
+            .buffer_kb
+            .add(self.buffered_bytes as f64 / 1024.0);
+        if req.write {
+            self.buffered_bytes += req.bytes;
+            self.backs.push_back(id);
+            self.log.queue.push_back(id);
+            self.start_log(now);
+        } else {
+            self.reads.push_back(id);
+            self.preempt(now);
+        }
+        self.start_main(now);
+    }
+
+    fn next_event_ms(&self) -> Option<f64> {
+        let main = self.cur.map(|op| op.end);
+        let log = self.log.busy.map(|b| b.0);
+        match (main, log) {
+            (Some(m), Some(l)) => Some(m.min(l)),
+            (m, l) => m.or(l),
+        }
+    }
+
+    fn step(&mut self, done: &mut Vec<usize>) {
+        let main = self.cur.map(|op| op.end);
+        match (main, self.log.busy) {
+            (Some(m), Some((l, _))) if l < m => self.finish_log(done),
+            (Some(_), _) => self.finish_main(done),
+            (None, Some(_)) => self.finish_log(done),
+            (None, None) => {}
+        }
+    }
+}
+
+impl Trail<'_> {
+    fn finish_log(&mut self, done: &mut Vec<usize>) {
+        let Some((end, idx)) = self.log.busy.take() else {
+            return;
+        };
+        self.result
+            .write_latency_ms
+            .add(end - self.reqs[idx].arrival_ms);
+        done.push(idx);
+        self.start_log(end);
     }
 }
 

@@ -14,6 +14,7 @@
 //! format (`ASU,LBA,Size,Opcode,Timestamp`, timestamp in seconds, opcode `r`/`w`) is also read.
 
 use crate::disk::DiskParams;
+use crate::driver::{Driven, Model, Source};
 use crate::rng::SplitMix64;
 
 /// One block request.
@@ -25,13 +26,28 @@ pub struct Request {
     pub bytes: u64,
 }
 
-/// How requests are spaced in time.
+/// How requests are spaced in time; [`crate::driver::drive`] runs any of them against any model.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Arrivals {
     /// Exponential inter-arrival times with this mean (trail-paper.md §3.1).
     Exponential { mean_ms: f64 },
     /// A fixed interval (mariner-paper.md §7.2–7.3).
     Fixed { interval_ms: f64 },
+    /// Iometer-style closed loop (ew-array-paper.txt §3.4): `depth` requests outstanding at all
+    /// times, a new one as soon as one completes. Arrival times follow from completions, so
+    /// only the driver can assign them.
+    Closed { depth: usize },
+}
+
+impl Arrivals {
+    /// The gap before the next request of an open loop (0 for a closed loop).
+    pub fn gap_ms(&self, rng: &mut SplitMix64) -> f64 {
+        match *self {
+            Arrivals::Exponential { mean_ms } => rng.exponential(mean_ms),
+            Arrivals::Fixed { interval_ms } => interval_ms,
+            Arrivals::Closed { .. } => 0.0,
+        }
+    }
 }
 
 /// The trail-paper.md §3.1 generator's parameters.
@@ -50,37 +66,120 @@ pub struct Synthetic {
 }
 
 impl Synthetic {
-    /// Generates the requests for `disk`. Sizes are uniform in whole sectors.
+    /// Generates the requests for `disk`. Sizes are uniform in whole sectors. A closed loop's
+    /// requests all carry arrival time 0: drive them with [`Synthetic::drive`] instead.
     pub fn generate(&self, disk: &DiskParams, rng: &mut SplitMix64) -> Vec<Request> {
-        let read_p = self.reads_per_write / (1.0 + self.reads_per_write);
+        let mut src = SyntheticSource::new(self, disk, rng);
+        let mut t = 0.0;
+        (0..self.count)
+            .map(|i| {
+                t = match self.arrivals {
+                    Arrivals::Fixed { interval_ms } => i as f64 * interval_ms,
+                    a if i > 0 => t + a.gap_ms(rng),
+                    _ => 0.0,
+                };
+                Request {
+                    arrival_ms: t,
+                    ..src.draw(rng)
+                }
+            })
+            .collect()
+    }
+
+    /// Drives `model` with this workload (open or closed loop, as `arrivals` says).
+    pub fn drive<M: Model>(
+        &self,
+        model: &mut M,
+        disk: &DiskParams,
+        rng: &mut SplitMix64,
+    ) -> Driven {
+        let mut src = SyntheticSource::new(self, disk, rng);
+        crate::driver::drive(model, &mut src, self.arrivals, self.count, rng)
+    }
+}
+
+/// The content of [`Synthetic`]'s requests (operation, size, locality), one at a time.
+#[derive(Debug, Clone)]
+pub struct SyntheticSource<'a> {
+    disk: &'a DiskParams,
+    read_p: f64,
+    sectors: (u64, u64),
+    window: u64,
+    cyl: u64,
+}
+
+impl<'a> SyntheticSource<'a> {
+    /// Draws the first cylinder.
+    pub fn new(spec: &Synthetic, disk: &'a DiskParams, rng: &mut SplitMix64) -> Self {
         let sector = u64::from(disk.sector_bytes);
         let (lo, hi) = (
-            self.min_bytes.div_ceil(sector),
-            self.max_bytes.div_ceil(sector),
+            spec.min_bytes.div_ceil(sector),
+            spec.max_bytes.div_ceil(sector),
         );
         let cylinders = disk.cylinders();
-        let window = (f64::from(cylinders) / self.locality.max(1.0)).max(1.0) as u64;
-        let mut cyl = rng.range(0, u64::from(cylinders) - 1);
-        let mut t = 0.0;
-        let mut out = Vec::with_capacity(self.count);
-        for i in 0..self.count {
-            if i > 0 {
-                t += match self.arrivals {
-                    Arrivals::Exponential { mean_ms } => rng.exponential(mean_ms),
-                    Arrivals::Fixed { interval_ms } => interval_ms,
-                };
-            }
-            let write = rng.unit() >= read_p;
-            cyl = next_cylinder(cyl, window, u64::from(cylinders), rng);
-            let sectors = rng.range(lo.max(1), hi.max(lo).max(1));
-            out.push(Request {
-                arrival_ms: t,
-                write,
-                lba: random_lba_in_cylinder(disk, cyl as u32, rng),
-                bytes: sectors * sector,
-            });
+        Self {
+            disk,
+            read_p: spec.reads_per_write / (1.0 + spec.reads_per_write),
+            sectors: (lo.max(1), hi.max(lo).max(1)),
+            window: (f64::from(cylinders) / spec.locality.max(1.0)).max(1.0) as u64,
+            cyl: rng.range(0, u64::from(cylinders) - 1),
         }
-        out
+    }
+}
+
+impl Source for SyntheticSource<'_> {
+    fn draw(&mut self, rng: &mut SplitMix64) -> Request {
+        let write = rng.unit() >= self.read_p;
+        let cylinders = u64::from(self.disk.cylinders());
+        self.cyl = next_cylinder(self.cyl, self.window, cylinders, rng);
+        let sectors = rng.range(self.sectors.0, self.sectors.1);
+        Request {
+            arrival_ms: 0.0,
+            write,
+            lba: random_lba_in_cylinder(self.disk, self.cyl as u32, rng),
+            bytes: sectors * u64::from(self.disk.sector_bytes),
+        }
+    }
+}
+
+/// Iometer's random 4 KB workload over a range of blocks (ew-array-paper.txt §3.4, §6.1): each
+/// request reads with probability `read_fraction`, at a block uniform in `0..blocks`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct UniformBlocks {
+    pub blocks: u64,
+    pub read_fraction: f64,
+}
+
+/// Sectors per block of [`UniformBlocks`].
+pub const BLOCK_SECTORS: u64 = 8;
+
+impl Source for UniformBlocks {
+    fn draw(&mut self, rng: &mut SplitMix64) -> Request {
+        let write = rng.unit() >= self.read_fraction;
+        Request {
+            arrival_ms: 0.0,
+            write,
+            lba: rng.range(0, self.blocks.max(1) - 1) * BLOCK_SECTORS,
+            bytes: BLOCK_SECTORS * 512,
+        }
+    }
+}
+
+/// Writes of a fixed size and no address (mariner-paper.md §7.2–7.3: a log appends wherever
+/// its head is). Draws no randomness.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FixedWrites {
+    pub bytes: u64,
+}
+
+impl Source for FixedWrites {
+    fn draw(&mut self, _: &mut SplitMix64) -> Request {
+        Request {
+            arrival_ms: 0.0,
+            write: true,
+            lba: 0,
+            bytes: self.bytes,
+        }
     }
 }
 

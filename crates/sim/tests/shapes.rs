@@ -215,3 +215,45 @@ fn fig6c_longer_t_wait_batches_more_at_higher_latency() {
         assert!(end.batch_kb() > first.batch_kb(), "T_wait {t_wait} us");
     }
 }
+
+#[test]
+fn fig6d_recalibration_has_an_optimum_between_accuracy_and_load() {
+    // mariner-paper §7.3: frequent recalibration keeps the head estimate accurate (fewer missed
+    // rotations) but loads the disks and delays writes; an optimum lies in between. It matters
+    // only when disks idle: at the paper's 0.18 ms rate T_idle is (nearly) irrelevant.
+    let curves = mariner::fig6d_results(1, 4_000);
+    for (load, curve) in &curves {
+        let lat: Vec<f64> = curve.iter().map(|(_, r)| r.latency_ms.mean()).collect();
+        let recal: Vec<u64> = curve.iter().map(|(_, r)| r.disk.recalibrations).collect();
+        // T_idle grows along the curve; the last point never recalibrates.
+        assert!(
+            recal[..recal.len() - 1].windows(2).all(|w| w[1] <= w[0]),
+            "{load:?} {recal:?}"
+        );
+        assert_eq!(recal[recal.len() - 1], 0);
+        if let Arrivals::Fixed { .. } = load {
+            let busy = &lat[3..];
+            let (lo, hi) = busy
+                .iter()
+                .fold((f64::MAX, 0.0_f64), |(l, h), &x| (l.min(x), h.max(x)));
+            assert!(hi < 1.01 * lo, "{load:?} {lat:?}");
+            continue;
+        }
+        let min_at = (0..lat.len())
+            .min_by(|&a, &b| lat[a].total_cmp(&lat[b]))
+            .unwrap();
+        assert!(min_at > 0 && min_at < lat.len() - 1, "{load:?} {lat:?}");
+        assert!(lat[0] > 1.1 * lat[min_at], "left arm {load:?} {lat:?}");
+        assert!(
+            lat[lat.len() - 1] > 1.05 * lat[min_at],
+            "right arm {load:?} {lat:?}"
+        );
+        let missed: Vec<u64> = curve.iter().map(|(_, r)| r.disk.missed_rotations).collect();
+        assert_eq!(missed[0], 0, "{load:?} {missed:?}");
+        assert!(missed[missed.len() - 1] > 10, "{load:?} {missed:?}");
+    }
+    assert_eq!(
+        mariner::fig6d(2, 1_000).to_text(),
+        mariner::fig6d(2, 1_000).to_text()
+    );
+}
