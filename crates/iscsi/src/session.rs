@@ -435,7 +435,17 @@ impl Session {
         }
         self.running.remove(&c.itt);
         let mut out = self.data_in(c.itt, c.lun_id, &c.data_in);
-        out.push(self.response(c.itt, c.status, c.sense.as_ref(), c.flag, c.resid));
+        // Phase collapse (RFC 7143 §11.7.4): GOOD status without sense rides on the final
+        // Data-In (S bit), saving a SCSI Response PDU per read.
+        match out.last_mut() {
+            Some(last) if c.status == Status::Good && c.sense.is_none() => {
+                last.bhs[1] |= 0x01 | c.flag;
+                last.bhs[3] = c.status.code();
+                self.stamp(last, true);
+                last.set_u32(44, c.resid);
+            }
+            _ => out.push(self.response(c.itt, c.status, c.sense.as_ref(), c.flag, c.resid)),
+        }
         out
     }
 

@@ -180,11 +180,13 @@ impl Client {
         (p.itt(), p.bhs[3])
     }
 
-    /// Skips Data-In PDUs; returns the next SCSI Response.
+    /// Skips Data-In PDUs; returns the next SCSI Response, or the final Data-In when it
+    /// carries the status (S bit, phase collapse).
     async fn response_pdu(&mut self) -> Pdu {
         loop {
             let p = self.recv().await;
             match p.opcode() {
+                Opcode::DataIn if p.bhs[1] & 0x01 != 0 => return p,
                 Opcode::DataIn => {}
                 Opcode::ScsiResponse => return p,
                 other => panic!("unexpected {other:?}"),
