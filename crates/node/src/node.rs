@@ -213,10 +213,7 @@ impl Node {
         size_bytes: u64,
         block_size: Option<u32>,
     ) -> Result<VolumeInfo, NodeError> {
-        let _g = self
-            .admin
-            .lock()
-            .map_err(|_| NodeError::Io("lock poisoned".into()))?;
+        let _g = self.admin_lock()?;
         if !valid_volume_name(name) {
             return Err(NodeError::BadRequest(format!(
                 "invalid volume name {name:?}: 1-64 of A-Z a-z 0-9 . _ -, not starting with . or -"
@@ -272,13 +269,8 @@ impl Node {
 
     /// Deletes a volume; refused while clients are connected to it.
     pub fn delete_volume(&self, name: &str) -> Result<(), NodeError> {
-        let _g = self
-            .admin
-            .lock()
-            .map_err(|_| NodeError::Io("lock poisoned".into()))?;
-        let vol = self
-            .volume(name)
-            .ok_or_else(|| NodeError::NotFound(name.to_string()))?;
+        let _g = self.admin_lock()?;
+        let vol = self.existing(name)?;
         // Holding the connection table while removing makes a racing connect that was already
         // counted block the delete; one that opened the volume but was not yet counted finds
         // it marked deleted below.
@@ -305,15 +297,23 @@ impl Node {
         Ok(())
     }
 
+    /// The lock that serializes volume administration.
+    fn admin_lock(&self) -> Result<std::sync::MutexGuard<'_, ()>, NodeError> {
+        self.admin
+            .lock()
+            .map_err(|_| NodeError::Io("lock poisoned".into()))
+    }
+
+    /// The volume called `name`, or NotFound.
+    fn existing(&self, name: &str) -> Result<Arc<Volume>, NodeError> {
+        self.volume(name)
+            .ok_or_else(|| NodeError::NotFound(name.to_string()))
+    }
+
     /// Grows a volume (shrinking is refused: it would destroy data silently).
     pub fn grow_volume(&self, name: &str, size_bytes: u64) -> Result<VolumeInfo, NodeError> {
-        let _g = self
-            .admin
-            .lock()
-            .map_err(|_| NodeError::Io("lock poisoned".into()))?;
-        let vol = self
-            .volume(name)
-            .ok_or_else(|| NodeError::NotFound(name.to_string()))?;
+        let _g = self.admin_lock()?;
+        let vol = self.existing(name)?;
         let mut m = vol.meta();
         let bs = u64::from(m.block_size);
         if size_bytes < m.size_bytes || !size_bytes.is_multiple_of(bs) || size_bytes > 1 << 50 {
@@ -337,13 +337,8 @@ impl Node {
     /// Sets or clears a volume's read-only flag, durably; it applies to every client at once
     /// (NBD clients connected before keep their transmission flags but get EPERM).
     pub fn set_read_only(&self, name: &str, read_only: bool) -> Result<VolumeInfo, NodeError> {
-        let _g = self
-            .admin
-            .lock()
-            .map_err(|_| NodeError::Io("lock poisoned".into()))?;
-        let vol = self
-            .volume(name)
-            .ok_or_else(|| NodeError::NotFound(name.to_string()))?;
+        let _g = self.admin_lock()?;
+        let vol = self.existing(name)?;
         let mut m = vol.meta();
         if m.read_only != read_only {
             m.read_only = read_only;

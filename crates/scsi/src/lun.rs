@@ -395,17 +395,12 @@ impl Lun {
     }
 
     async fn write(&self, g: &Geometry, range: Range, data_out: &[u8]) -> Outcome {
-        check_transfer(g, range)?;
-        check_writable(g)?;
-        if range.blocks == 0 {
-            return Ok(Vec::new());
+        if let Some(data) = write_data(g, range, data_out)? {
+            self.backend
+                .write(range.lba, data)
+                .await
+                .map_err(backend_sense)?;
         }
-        let len = u64::from(range.blocks) * u64::from(g.block_size);
-        let data = need(data_out, len as u32)?;
-        self.backend
-            .write(range.lba, data)
-            .await
-            .map_err(backend_sense)?;
         Ok(Vec::new())
     }
 
@@ -478,17 +473,12 @@ impl Lun {
 
     /// ORWRITE(16): the backend ORs the data-out into the blocks atomically.
     async fn or_write(&self, g: &Geometry, range: Range, data_out: &[u8]) -> Outcome {
-        check_transfer(g, range)?;
-        check_writable(g)?;
-        if range.blocks == 0 {
-            return Ok(Vec::new());
+        if let Some(data) = write_data(g, range, data_out)? {
+            self.backend
+                .or_write(range.lba, data)
+                .await
+                .map_err(backend_sense)?;
         }
-        let len = u64::from(range.blocks) * u64::from(g.block_size);
-        let data = need(data_out, len as u32)?;
-        self.backend
-            .or_write(range.lba, data)
-            .await
-            .map_err(backend_sense)?;
         Ok(Vec::new())
     }
 
@@ -575,6 +565,22 @@ impl Lun {
             CompareOutcome::Mismatch { offset } => Err(Sense::miscompare(offset)),
         }
     }
+}
+
+/// Checks a block write (range, transfer limit, write protection) and returns its data-out,
+/// or `None` for zero blocks (nothing to do).
+fn write_data<'a>(
+    g: &Geometry,
+    range: Range,
+    data_out: &'a [u8],
+) -> Result<Option<&'a [u8]>, Sense> {
+    check_transfer(g, range)?;
+    check_writable(g)?;
+    if range.blocks == 0 {
+        return Ok(None);
+    }
+    let len = u64::from(range.blocks) * u64::from(g.block_size);
+    need(data_out, len as u32).map(Some)
 }
 
 fn first_difference(a: &[u8], b: &[u8]) -> Option<usize> {
