@@ -152,13 +152,17 @@ impl PduStream {
             if let Some(pdu) = self.decoder.decode(&mut self.buf)? {
                 return Ok(Some(pdu));
             }
-            let mut chunk = [0u8; 64 * 1024];
-            let n = stream.read(&mut chunk).await?;
+            self.buf.reserve(64 * 1024);
+            let n = stream.read_buf(&mut self.buf).await?;
             if n == 0 {
                 return Ok(None);
             }
-            self.buf.extend_from_slice(&chunk[..n]);
         }
+    }
+
+    /// The next PDU already received in full, without reading from the connection.
+    pub(crate) fn decoded(&mut self) -> Result<Option<Pdu>, ConnectionError> {
+        Ok(self.decoder.decode(&mut self.buf)?)
     }
 
     pub(crate) async fn write(
