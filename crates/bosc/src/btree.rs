@@ -25,15 +25,21 @@
 //! Leaf payload (little-endian): magic `b"BTLF"` u32, record count u32, low fence key (20 B),
 //! then sorted records of key (20 B: volume u32, lba u64, timestamp u64) + value u64.
 //!
-//! Durability: own-log mode. Caller-durable mode (the CDP index proper) additionally needs
-//! positions for the split's structural modifications, which have no caller record.
+//! Durability: own-log mode. [`BPlusTree::insert`] is durable when it returns;
+//! [`BPlusTree::insert_batch`] makes a whole batch durable with one group commit of the log
+//! (splits included, in log order), the durability of a transaction committed every batch.
+//! Caller-durable mode (the CDP index proper) additionally needs durable records for the
+//! split's structural modifications, which have no caller record: the new leaf's contents
+//! exist nowhere else.
+//!
+//! [`BPlusTree::bulk_load`] builds a tree from sorted records straight onto a fresh disk.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use crate::{BlockApp, Bosc, Error};
+use crate::{BlockApp, Bosc, Change, Error, Op};
 
 /// A version-index key. Ordered by volume, then LBA, then timestamp, so the versions of one
 /// block are adjacent and "newest at or before T" is a predecessor search.
@@ -217,6 +223,11 @@ pub struct TreeStats {
     pub splits_with_read: AtomicU64,
     /// Leaves cleaned at open after a crash between the two halves of a split.
     pub leaves_repaired: AtomicU64,
+    /// Leaves read for a split whose exact count showed no need (the count's upper bound had
+    /// grown by updates of present keys).
+    pub counts_refreshed: AtomicU64,
+    /// Leaves read ahead, concurrently, for the splits of a batch.
+    pub leaves_prefetched: AtomicU64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -229,11 +240,67 @@ struct Leaf {
 struct Router {
     /// Low fence → leaf: the in-memory internal nodes.
     leaves: BTreeMap<Key, Leaf>,
-    /// Unused blocks, highest first (allocation pops the lowest).
-    free: Vec<u64>,
+    /// Unused blocks.
+    free: FreeBlocks,
+    /// Set when a batch failed after the router already routed to its new leaves: the tree in
+    /// memory no longer matches what is durable, so every later operation fails.
+    failed: Option<String>,
+}
+
+/// Unused blocks as runs `[start, end)`, highest first: allocation takes the lowest block.
+/// A run costs 16 bytes however long, so a mostly empty disk costs next to nothing.
+#[derive(Debug, Default)]
+struct FreeBlocks {
+    runs: Vec<(u64, u64)>,
+}
+
+impl FreeBlocks {
+    /// Adds a block below every block added so far.
+    fn push_below(&mut self, block: u64) {
+        match self.runs.last_mut() {
+            Some(run) if run.0 == block + 1 => run.0 = block,
+            _ => self.runs.push((block, block + 1)),
+        }
+    }
+
+    fn pop(&mut self) -> Option<u64> {
+        let run = self.runs.last_mut()?;
+        let block = run.0;
+        run.0 += 1;
+        if run.0 == run.1 {
+            self.runs.pop();
+        }
+        Some(block)
+    }
+}
+
+/// A block and its payload.
+type Payload = (u64, Vec<u8>);
+
+/// Changes staged for one group commit, and the blocks they touch.
+#[derive(Default)]
+struct Staged {
+    changes: Vec<Change>,
+    touched: HashSet<u64>,
+    /// Payloads of leaves the batch will split, read ahead concurrently (as before the batch).
+    prefetched: HashMap<u64, Vec<u8>>,
+}
+
+impl Staged {
+    fn push(&mut self, change: Change) {
+        self.touched.insert(change.block);
+        self.changes.push(change);
+    }
 }
 
 impl Router {
+    fn check(&self) -> Result<(), Error> {
+        match &self.failed {
+            Some(why) => Err(Error::Failed(why.clone())),
+            None => Ok(()),
+        }
+    }
+
     fn leaf_for(&self, key: Key) -> Result<(Key, Leaf), Error> {
         // Open guarantees a leaf with fence Key::MIN.
         let (f, l) = self
@@ -287,20 +354,25 @@ impl BPlusTree {
             .unwrap_or(capacity * 3 / 4)
             .clamp(2, capacity);
         let mut scanned = Vec::new();
-        let mut free = Vec::new();
-        for block in (0..bosc.block_count()).rev() {
-            let s = bosc.query(block, |p| {
-                let v = LeafView(p);
-                v.is_leaf().then(|| Scanned {
+        let mut used = Vec::new();
+        bosc.scan(0, bosc.block_count(), |block, p| {
+            let v = LeafView(p);
+            if v.is_leaf() {
+                scanned.push(Scanned {
                     fence: v.fence(),
                     block,
                     count: v.count(),
                     max_key: v.count().checked_sub(1).map(|i| v.key(i)),
-                })
-            })?;
-            match s {
-                Some(s) => scanned.push(s),
-                None => free.push(block),
+                });
+                used.push(block);
+            }
+            Ok(())
+        })?;
+        let mut free = FreeBlocks::default();
+        let mut next_used = used.iter().rev().peekable();
+        for block in (0..bosc.block_count()).rev() {
+            if next_used.next_if(|&&u| u == block).is_none() {
+                free.push_below(block);
             }
         }
         let tree = Self {
@@ -308,6 +380,7 @@ impl BPlusTree {
             router: Mutex::new(Router {
                 leaves: BTreeMap::new(),
                 free,
+                failed: None,
             }),
             capacity,
             split_threshold,
@@ -361,51 +434,202 @@ impl BPlusTree {
         Ok(())
     }
 
+    /// Builds a tree on a freshly formatted, never modified engine from records in strictly
+    /// increasing key order: leaves of `fill` records (clamped to the capacity) written in
+    /// sequence with [`Bosc::load`] — no log, no queues — and the internal nodes built in
+    /// memory, as [`BPlusTree::open`] would rebuild them. Set-up for imports and benchmarks (the
+    /// seed's fast initialisation, §3.4.1); a crash during it leaves a disk to format again.
+    pub fn bulk_load(
+        bosc: Bosc<LeafApp>,
+        split_threshold: Option<usize>,
+        fill: usize,
+        records: impl IntoIterator<Item = (Key, u64)>,
+    ) -> Result<Self, Error> {
+        let capacity = leaf_capacity(bosc.payload_bytes());
+        if capacity < 4 {
+            return Err(Error::Config(
+                "B+tree leaves need room for 4 records".into(),
+            ));
+        }
+        let mut loader = BulkLoader::new(&bosc, fill.clamp(1, capacity));
+        for (key, value) in records {
+            loader.push(key, value)?;
+        }
+        let leaves = loader.finish()?;
+        let used = leaves.len() as u64;
+        let tree = Self {
+            router: Mutex::new(Router {
+                leaves: leaves.into_iter().collect(),
+                free: FreeBlocks {
+                    runs: if used < bosc.block_count() {
+                        vec![(used, bosc.block_count())]
+                    } else {
+                        Vec::new()
+                    },
+                },
+                failed: None,
+            }),
+            capacity,
+            split_threshold: split_threshold
+                .unwrap_or(capacity * 3 / 4)
+                .clamp(2, capacity),
+            stats: TreeStats::default(),
+            bosc,
+        };
+        if used == 0 {
+            tree.install(Vec::new())?;
+        }
+        Ok(tree)
+    }
+
     /// Inserts or updates (blind: the leaf is not read).
     pub fn insert(&self, key: Key, value: u64) -> Result<(), Error> {
+        self.insert_batch(&[(key, value)])
+    }
+
+    /// Inserts or updates many records with one group commit of the log: all are durable
+    /// when it returns (the durability of a transaction committed every `records.len()`
+    /// operations). Splits go into the same group, in log order before the puts they make
+    /// room for; a split of a leaf the batch already touched reads the leaf and applies the
+    /// batch's changes of it in memory.
+    pub fn insert_batch(&self, records: &[(Key, u64)]) -> Result<(), Error> {
         let mut r = lock(&self.router);
-        let (fence, block) = self.prepare(&mut r, key)?;
-        self.bosc.modify(block, &encode_mod(TAG_PUT, key, value))?;
-        if let Some(l) = r.leaves.get_mut(&fence) {
-            l.records_max += 1;
+        r.check()?;
+        let mut staged = Staged {
+            prefetched: self.prefetch(&r, records)?,
+            ..Staged::default()
+        };
+        for &(key, value) in records {
+            let (fence, block) = self.prepare(&mut r, key, &mut staged)?;
+            staged.push(Change::modify(block, encode_mod(TAG_PUT, key, value)));
+            if let Some(l) = r.leaves.get_mut(&fence) {
+                l.records_max += 1;
+            }
         }
-        Ok(())
+        self.flush(&mut r, &mut staged)
     }
 
     /// Deletes (blind: a missing key is not an error).
     pub fn delete(&self, key: Key) -> Result<(), Error> {
         let r = lock(&self.router);
+        r.check()?;
         let (_, leaf) = r.leaf_for(key)?;
         self.bosc
             .modify(leaf.block, &encode_mod(TAG_DELETE, key, 0))?;
         Ok(())
     }
 
+    /// Reads, several at a time, the uncached leaves the batch's puts will fill: the splits
+    /// then need no read of their own, and the reads overlap instead of each waiting for the
+    /// disk in turn.
+    fn prefetch(&self, r: &Router, records: &[(Key, u64)]) -> Result<HashMap<u64, Vec<u8>>, Error> {
+        const READERS: usize = 8;
+        let mut puts: HashMap<Key, usize> = HashMap::new();
+        for (key, _) in records {
+            *puts.entry(r.leaf_for(*key)?.0).or_default() += 1;
+        }
+        let blocks: Vec<u64> = puts
+            .iter()
+            .filter_map(|(fence, n)| r.leaves.get(fence).map(|l| (l, n)))
+            .filter(|(l, n)| l.records_max + *n >= self.capacity && !self.bosc.cached(l.block))
+            .map(|(l, _)| l.block)
+            .collect();
+        if blocks.len() < 2 {
+            return Ok(HashMap::new());
+        }
+        let bosc = &self.bosc;
+        let read = |chunk: &[u64]| -> Result<Vec<Payload>, Error> {
+            chunk
+                .iter()
+                .map(|&b| Ok((b, bosc.query(b, <[u8]>::to_vec)?)))
+                .collect()
+        };
+        let parts: Vec<Result<Vec<Payload>, Error>> = std::thread::scope(|s| {
+            let handles: Vec<_> = blocks
+                .chunks(blocks.len().div_ceil(READERS))
+                .map(|chunk| s.spawn(move || read(chunk)))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(Error::Failed("a leaf read panicked".into())))
+                })
+                .collect()
+        });
+        let mut out = HashMap::new();
+        for part in parts {
+            out.extend(part?);
+        }
+        self.stats
+            .leaves_prefetched
+            .fetch_add(out.len() as u64, Ordering::Relaxed);
+        Ok(out)
+    }
+
+    fn flush(&self, r: &mut Router, staged: &mut Staged) -> Result<(), Error> {
+        staged.touched.clear();
+        let changes = std::mem::take(&mut staged.changes);
+        if changes.is_empty() {
+            return Ok(());
+        }
+        self.bosc.modify_batch(changes).map(drop).inspect_err(|e| {
+            r.failed = Some(format!("a batch failed: {e}"));
+        })
+    }
+
     /// The second part of the commit function: split the target leaf first if it is due.
-    fn prepare(&self, r: &mut Router, key: Key) -> Result<(Key, u64), Error> {
+    fn prepare(&self, r: &mut Router, key: Key, staged: &mut Staged) -> Result<(Key, u64), Error> {
         loop {
             let (fence, leaf) = r.leaf_for(key)?;
             let full = leaf.records_max >= self.capacity;
             let due = leaf.records_max >= self.split_threshold && self.bosc.cached(leaf.block);
-            if !(full || due) || !self.split(r, fence)? {
+            if !(full || due) {
+                return Ok((fence, leaf.block));
+            }
+            if !self.split(r, fence, staged)? {
                 let (fence, leaf) = r.leaf_for(key)?;
                 return Ok((fence, leaf.block));
             }
         }
     }
 
-    /// Splits the leaf at `fence` in two; `false` if its exact count showed no need.
-    fn split(&self, r: &mut Router, fence: Key) -> Result<bool, Error> {
+    /// Stages a split of the leaf at `fence` in two; `false` if its exact count showed no need.
+    /// The leaf's records are what the engine has (durable and queued) with the batch's
+    /// staged changes of the leaf applied on top.
+    fn split(&self, r: &mut Router, fence: Key, staged: &mut Staged) -> Result<bool, Error> {
         let leaf = r.leaves[&fence];
         let hi = r.next_fence(fence);
         let cached = self.bosc.cached(leaf.block);
-        let recs = self
-            .bosc
-            .query(leaf.block, |p| LeafView(p).records(Key::MIN, hi))?;
+        let ahead = staged.prefetched.remove(&leaf.block);
+        let recs = if ahead.is_some() || staged.touched.contains(&leaf.block) {
+            let mine = staged.changes.iter().filter(|c| c.block == leaf.block);
+            // A leaf the batch created is all in its staged write: nothing to read.
+            let created = mine.clone().next().is_some_and(|c| c.op == Op::Write);
+            let mut p = match ahead {
+                _ if created => vec![0u8; self.bosc.payload_bytes()],
+                Some(p) => p,
+                None => self.bosc.query(leaf.block, <[u8]>::to_vec)?,
+            };
+            for c in mine {
+                match c.op {
+                    Op::Write => {
+                        p.fill(0);
+                        p[..c.bytes.len()].copy_from_slice(&c.bytes);
+                    }
+                    Op::App => LeafApp.apply(leaf.block, &mut p, &c.bytes),
+                }
+            }
+            LeafView(&p).records(Key::MIN, hi)
+        } else {
+            self.bosc
+                .query(leaf.block, |p| LeafView(p).records(Key::MIN, hi))?
+        };
         if recs.len() < self.split_threshold {
             if let Some(l) = r.leaves.get_mut(&fence) {
                 l.records_max = recs.len();
             }
+            self.stats.counts_refreshed.fetch_add(1, Ordering::Relaxed);
             return Ok(false);
         }
         let mid = recs.len() / 2;
@@ -415,10 +639,11 @@ impl BPlusTree {
             .pop()
             .ok_or_else(|| Error::Index("B+tree is out of blocks".into()))?;
         let payload = leaf_payload(self.bosc.payload_bytes(), split_key, &recs[mid..]);
-        if let Err(e) = self.bosc.write(new_block, &payload) {
-            r.free.push(new_block);
-            return Err(e);
-        }
+        staged.push(Change::write(new_block, payload));
+        staged.push(Change::modify(
+            leaf.block,
+            encode_mod(TAG_KEEP_BELOW, split_key, 0),
+        ));
         r.leaves.insert(
             split_key,
             Leaf {
@@ -426,11 +651,6 @@ impl BPlusTree {
                 records_max: recs.len() - mid,
             },
         );
-        if let Some(l) = r.leaves.get_mut(&fence) {
-            l.records_max = recs.len();
-        }
-        self.bosc
-            .modify(leaf.block, &encode_mod(TAG_KEEP_BELOW, split_key, 0))?;
         if let Some(l) = r.leaves.get_mut(&fence) {
             l.records_max = mid;
         }
@@ -446,6 +666,7 @@ impl BPlusTree {
     /// Point query; sees queued modifications.
     pub fn get(&self, key: Key) -> Result<Option<u64>, Error> {
         let r = lock(&self.router);
+        r.check()?;
         let (_, leaf) = r.leaf_for(key)?;
         self.bosc.query(leaf.block, |p| {
             let v = LeafView(p);
@@ -456,6 +677,7 @@ impl BPlusTree {
     /// Records with keys in `[from, to)`, in key order.
     pub fn range(&self, from: Key, to: Key) -> Result<Vec<(Key, u64)>, Error> {
         let r = lock(&self.router);
+        r.check()?;
         let (first, _) = r.leaf_for(from)?;
         let mut out = Vec::new();
         for (fence, leaf) in r.leaves.range(first..) {
@@ -483,6 +705,7 @@ impl BPlusTree {
         let target = Key::new(volume, lba, at);
         let floor = Key::new(volume, lba, 0);
         let r = lock(&self.router);
+        r.check()?;
         let mut hi = r.next_fence(r.leaf_for(target)?.0);
         for (fence, leaf) in r.leaves.range(..=target).rev() {
             let found = self.bosc.query(leaf.block, |p| {
@@ -522,6 +745,96 @@ impl BPlusTree {
     /// Records per leaf.
     pub fn leaf_capacity(&self) -> usize {
         self.capacity
+    }
+
+    /// Estimated heap bytes of the in-memory internal nodes and the free-block list: what the
+    /// tree keeps in memory besides the engine's queues (for memory budgets).
+    pub fn router_bytes(&self) -> usize {
+        let r = lock(&self.router);
+        // A BTreeMap entry plus its share of node overhead (nodes hold up to 11 entries).
+        let entry = (std::mem::size_of::<Key>() + std::mem::size_of::<Leaf>()) * 6 / 5;
+        r.leaves.len() * entry + r.free.runs.capacity() * std::mem::size_of::<(u64, u64)>()
+    }
+}
+
+/// Packs sorted records into leaves and writes them with [`Bosc::load`] in chunks.
+struct BulkLoader<'a> {
+    bosc: &'a Bosc<LeafApp>,
+    fill: usize,
+    leaf: Vec<(Key, u64)>,
+    last: Option<Key>,
+    leaves: Vec<(Key, Leaf)>,
+    chunk: Vec<u8>,
+    chunk_first: u64,
+}
+
+impl<'a> BulkLoader<'a> {
+    /// Leaves written per [`Bosc::load`] call.
+    const CHUNK_LEAVES: usize = 256;
+
+    fn new(bosc: &'a Bosc<LeafApp>, fill: usize) -> Self {
+        Self {
+            bosc,
+            fill,
+            leaf: Vec::with_capacity(fill),
+            last: None,
+            leaves: Vec::new(),
+            chunk: Vec::new(),
+            chunk_first: 0,
+        }
+    }
+
+    fn push(&mut self, key: Key, value: u64) -> Result<(), Error> {
+        if self.last.is_some_and(|last| key <= last) {
+            return Err(Error::Index(format!(
+                "bulk load keys must strictly increase: {key:?} after {:?}",
+                self.last
+            )));
+        }
+        self.last = Some(key);
+        self.leaf.push((key, value));
+        if self.leaf.len() == self.fill {
+            self.end_leaf()?;
+        }
+        Ok(())
+    }
+
+    fn end_leaf(&mut self) -> Result<(), Error> {
+        let block = self.leaves.len() as u64;
+        if block >= self.bosc.block_count() {
+            return Err(Error::Index("bulk load: B+tree is out of blocks".into()));
+        }
+        // The first leaf's fence is the lowest key, as routing requires.
+        let fence = if block == 0 { Key::MIN } else { self.leaf[0].0 };
+        let payload = leaf_payload(self.bosc.payload_bytes(), fence, &self.leaf);
+        self.chunk.extend_from_slice(&payload);
+        let leaf = Leaf {
+            block,
+            records_max: self.leaf.len(),
+        };
+        self.leaves.push((fence, leaf));
+        self.leaf.clear();
+        if self.chunk.len() >= Self::CHUNK_LEAVES * self.bosc.payload_bytes() {
+            self.write_chunk()?;
+        }
+        Ok(())
+    }
+
+    fn write_chunk(&mut self) -> Result<(), Error> {
+        self.bosc.load(self.chunk_first, &self.chunk)?;
+        self.chunk.clear();
+        self.chunk_first = self.leaves.len() as u64;
+        Ok(())
+    }
+
+    fn finish(mut self) -> Result<Vec<(Key, Leaf)>, Error> {
+        if !self.leaf.is_empty() {
+            self.end_leaf()?;
+        }
+        if !self.chunk.is_empty() {
+            self.write_chunk()?;
+        }
+        Ok(self.leaves)
     }
 }
 

@@ -1,14 +1,14 @@
 //! The engine: per-block update queues, durability, the sequential commit cycle, recovery.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use mariner_disk::Disk;
-use mariner_log::{Durable, DurableSink, Entry, Log, LogConfig, RecordKind};
+use mariner_log::{Durable, DurableSink, Entry, Found, Log, LogConfig, RecordKind};
 
 use crate::format::{
     check_block, seal_block, Checkpoint, Geometry, LoggedMod, Op, BLOCK_HEADER_LEN, CKPT_SLOTS,
@@ -39,6 +39,35 @@ pub enum Durability {
     Caller,
 }
 
+/// One modification of a [`Bosc::modify_batch`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change {
+    pub block: u64,
+    pub op: Op,
+    /// The modification ([`Op::App`]) or the payload ([`Op::Write`]).
+    pub bytes: Vec<u8>,
+}
+
+impl Change {
+    /// A modification for the application's update function.
+    pub fn modify(block: u64, modification: Vec<u8>) -> Self {
+        Self {
+            block,
+            op: Op::App,
+            bytes: modification,
+        }
+    }
+
+    /// A plain write of a whole payload.
+    pub fn write(block: u64, payload: Vec<u8>) -> Self {
+        Self {
+            block,
+            op: Op::Write,
+            bytes: payload,
+        }
+    }
+}
+
 /// Geometry and policy.
 #[derive(Debug, Clone)]
 pub struct BoscConfig {
@@ -48,7 +77,8 @@ pub struct BoscConfig {
     pub max_run: u32,
     /// A run's share of blocks with pending updates must exceed this (0.5 in the seed).
     pub min_pending_ratio: f64,
-    /// Queued modifications plus cached block images; above it `modify` commits first.
+    /// What the queues hold — entries, the bytes of modifications, cached block images and
+    /// the maps' own overhead, as allocated; above it `modify` commits first.
     pub memory_budget_bytes: usize,
     /// Runs committed per cycle before the checkpoint is written.
     pub runs_per_cycle: usize,
@@ -97,11 +127,50 @@ pub struct OpenReport {
     pub elapsed: Duration,
 }
 
+/// Modifications up to this long are kept inside their queue entry (the B+tree's are 29
+/// bytes, the hash table's 16): no allocation of their own.
+const INLINE_BYTES: usize = 30;
+
+/// A queued modification's bytes.
+enum Stored {
+    /// Applied to the queue's cached image already.
+    Applied,
+    Inline(u8, [u8; INLINE_BYTES]),
+    Heap(Box<[u8]>),
+}
+
+impl Stored {
+    fn new(bytes: Vec<u8>) -> Self {
+        if bytes.len() <= INLINE_BYTES {
+            let mut b = [0u8; INLINE_BYTES];
+            b[..bytes.len()].copy_from_slice(&bytes);
+            Stored::Inline(bytes.len() as u8, b)
+        } else {
+            Stored::Heap(bytes.into_boxed_slice())
+        }
+    }
+
+    fn get(&self) -> Option<&[u8]> {
+        match self {
+            Stored::Applied => None,
+            Stored::Inline(n, b) => Some(&b[..usize::from(*n)]),
+            Stored::Heap(b) => Some(b),
+        }
+    }
+
+    /// Heap bytes held, with the allocator's per-allocation overhead.
+    fn heap_bytes(&self) -> usize {
+        match self {
+            Stored::Heap(b) => (b.len() + 8).next_multiple_of(16).max(32),
+            _ => 0,
+        }
+    }
+}
+
 struct Pending {
     seq: u64,
     op: Op,
-    /// `None` once applied to the queue's cached image.
-    bytes: Option<Vec<u8>>,
+    bytes: Stored,
 }
 
 #[derive(Default)]
@@ -110,6 +179,35 @@ struct Queue {
     image: Option<Vec<u8>>,
     image_lsn: u64,
     pending: Vec<Pending>,
+    /// Sum of the pending entries' [`Stored::heap_bytes`].
+    heap_bytes: usize,
+}
+
+/// A queue's entry in the map of queues with its share of the map's nodes.
+const QUEUE_OVERHEAD: usize = std::mem::size_of::<Queue>() + std::mem::size_of::<u64>() + 24;
+/// A pending modification's entry in `State::uncommitted` with its share of the set's nodes.
+const UNCOMMITTED_ENTRY: usize = 16;
+
+impl Queue {
+    /// The memory the queue holds, as the budget counts it: its map entry, the pending
+    /// vector's capacity, the bytes stored outside it, their `uncommitted` entries and the
+    /// cached image.
+    fn footprint(&self) -> usize {
+        QUEUE_OVERHEAD
+            + self.pending.capacity() * std::mem::size_of::<Pending>()
+            + self.pending.len() * UNCOMMITTED_ENTRY
+            + self.heap_bytes
+            + self.image.as_ref().map_or(0, Vec::capacity)
+    }
+
+    /// Appends, growing the vector by half rather than doubling it (most queues are short).
+    fn push(&mut self, p: Pending) {
+        if self.pending.len() == self.pending.capacity() {
+            self.pending.reserve_exact((self.pending.len() / 2).max(1));
+        }
+        self.heap_bytes += p.bytes.heap_bytes();
+        self.pending.push(p);
+    }
 }
 
 #[derive(Default)]
@@ -135,6 +233,23 @@ struct State {
 }
 
 impl State {
+    /// Runs `f` on the block's queue (created if absent) and accounts what it changed in
+    /// `memory_bytes`.
+    fn with_queue<R>(&mut self, block: u64, f: impl FnOnce(&mut Queue) -> R) -> R {
+        let before = self.queues.get(&block).map_or(0, Queue::footprint);
+        let q = self.queues.entry(block).or_default();
+        let r = f(q);
+        let after = q.footprint();
+        self.memory_bytes = self.memory_bytes - before + after;
+        r
+    }
+
+    fn remove_queue(&mut self, block: u64) {
+        if let Some(q) = self.queues.remove(&block) {
+            self.memory_bytes -= q.footprint();
+        }
+    }
+
     /// Exclusive: every sequence number below it is committed.
     fn global_frontier(&self) -> u64 {
         let mut gf = self.max_seen + 1;
@@ -173,6 +288,8 @@ struct Inner<A> {
     /// Signalled when an own-log append leaves `State::unqueued`.
     queued: Condvar,
     commit_lock: Mutex<()>,
+    /// The memory budget in force (starts as `cfg.memory_budget_bytes`).
+    budget: AtomicUsize,
     /// Queries read the disk under `read`; commit drops committed entries under `write`, so a
     /// query never pairs a stale disk image with a queue that already lost its entries.
     gate: RwLock<()>,
@@ -287,21 +404,20 @@ impl<A: BlockApp> Bosc<A> {
                 let (log, rec) =
                     Log::open(devices, log, log_id, ck.checkpoint, 0, Arc::new(NoSink))?;
                 state.max_seen = rec.last_seq.max(ck.checkpoint);
-                let mut found = Vec::new();
-                for f in &rec.records {
-                    if f.header.kind != RecordKind::Write || f.header.volume != volume {
-                        continue;
-                    }
-                    let (_, payload) = log.read(f.addr, f.header.seq)?;
-                    let m = LoggedMod::decode(&payload).ok_or(Error::BadRecord(f.header.seq))?;
-                    found.push((f.header.seq, f.header.offset, m));
-                }
+                let found: Vec<&Found> = rec
+                    .records
+                    .iter()
+                    .filter(|f| f.header.kind == RecordKind::Write && f.header.volume == volume)
+                    .collect();
                 report.records_scanned = found.len() as u64;
-                replay = replay_window(found, ck.checkpoint);
+                replay = replay_window(&log, &found, ck.checkpoint)?;
+                drop(found);
+                drop(rec);
                 Some((log, volume))
             }
         };
         report.records_requeued = replay.len() as u64;
+        let cfg_budget = cfg.memory_budget_bytes;
         let inner = Arc::new(Inner {
             app,
             disk,
@@ -312,6 +428,7 @@ impl<A: BlockApp> Bosc<A> {
             wake: Condvar::new(),
             queued: Condvar::new(),
             commit_lock: Mutex::new(()),
+            budget: AtomicUsize::new(cfg_budget),
             gate: RwLock::new(()),
             stats: BoscStats::default(),
         });
@@ -345,6 +462,23 @@ impl<A: BlockApp> Bosc<A> {
         self.inner.logged(block, Op::Write, payload)
     }
 
+    /// Own-log mode: logs every change in order (the log group-commits them, typically one
+    /// device write for the whole batch), waits until all are durable, then queues them in
+    /// order. Returns their sequence numbers. On an error, the changes that became durable are
+    /// still queued (recovery would replay them) and the first error is returned.
+    pub fn modify_batch(&self, changes: Vec<Change>) -> Result<Vec<u64>, Error> {
+        self.inner.logged_many(changes)
+    }
+
+    /// Bulk load: writes whole payloads (`payloads` holds a multiple of
+    /// [`Bosc::payload_bytes`]) straight to consecutive blocks from `first`, sealed with LSN 0,
+    /// bypassing log and queues, then syncs. Only on an engine that has never been modified
+    /// since it was formatted (refused otherwise), to build an index before use. Not
+    /// crash-atomic: a crash during a load leaves a disk to format again.
+    pub fn load(&self, first: u64, payloads: &[u8]) -> Result<(), Error> {
+        self.inner.load(first, payloads)
+    }
+
     /// Caller-durable mode: the caller's record at `position` is durable already. Positions
     /// must increase strictly across calls; after a restart the caller replays every record
     /// above [`Bosc::checkpoint`].
@@ -362,6 +496,33 @@ impl<A: BlockApp> Bosc<A> {
     /// (lu-dissertation §3.2.4): from memory if cached, else read and merged with its queue.
     pub fn query<R>(&self, block: u64, f: impl FnOnce(&[u8]) -> R) -> Result<R, Error> {
         self.inner.query(block, f)
+    }
+
+    /// Runs `f` over every block of `[first, first + count)` in order, each as [`Bosc::query`]
+    /// would see it, reading the disk in large sequential chunks and caching nothing: for
+    /// indexes that rebuild their in-memory state at open.
+    pub fn scan(
+        &self,
+        first: u64,
+        count: u64,
+        mut f: impl FnMut(u64, &[u8]) -> Result<(), Error>,
+    ) -> Result<(), Error> {
+        const CHUNK_BYTES: u64 = 1 << 20;
+        let end = first
+            .checked_add(count)
+            .filter(|&e| e <= self.inner.geo.block_count)
+            .ok_or(Error::OutOfRange(first.saturating_add(count)))?;
+        let bs = u64::from(self.inner.geo.block_bytes);
+        let per_chunk = (CHUNK_BYTES / bs).max(1);
+        let mut buf = Vec::new();
+        let mut at = first;
+        while at < end {
+            let n = per_chunk.min(end - at);
+            buf.resize((n * bs) as usize, 0);
+            self.inner.scan_chunk(at, &mut buf, &mut f)?;
+            at += n;
+        }
+        Ok(())
     }
 
     /// Plain read of a payload.
@@ -405,9 +566,20 @@ impl<A: BlockApp> Bosc<A> {
         lock(&self.inner.state).uncommitted.len()
     }
 
-    /// Bytes of queued modifications and cached images.
+    /// Bytes the queues hold (entries, modifications, cached images, map overhead).
     pub fn memory_bytes(&self) -> usize {
         lock(&self.inner.state).memory_bytes
+    }
+
+    /// Changes the memory budget, e.g. as an index on the engine grows its own structures
+    /// within one overall budget. Takes effect at the next `modify` or query.
+    pub fn set_memory_budget(&self, bytes: usize) {
+        self.inner.budget.store(bytes, Ordering::Relaxed);
+    }
+
+    /// The memory budget in force.
+    pub fn memory_budget(&self) -> usize {
+        self.inner.budget.load(Ordering::Relaxed)
     }
 
     pub fn stats(&self) -> &BoscStats {
@@ -452,25 +624,35 @@ impl<A: BlockApp> Drop for Bosc<A> {
 }
 
 /// Picks the replay window and applies the local-frontier filter of §3.2.3. `found` is in
-/// sequence order.
-fn replay_window(found: Vec<(u64, u64, LoggedMod)>, ckpt: u64) -> Vec<(u64, u64, LoggedMod)> {
-    let Some(youngest) = found.last() else {
-        return Vec::new();
+/// sequence order. Only the records inside the window are read back from the log.
+fn replay_window(
+    log: &Log,
+    found: &[&Found],
+    ckpt: u64,
+) -> Result<Vec<(u64, u64, LoggedMod)>, Error> {
+    let read = |f: &Found| -> Result<LoggedMod, Error> {
+        let (_, payload) = log.read(f.addr, f.header.seq)?;
+        LoggedMod::decode(&payload).ok_or(Error::BadRecord(f.header.seq))
     };
-    let start = youngest.2.global_frontier.max(ckpt + 1);
+    let Some(youngest) = found.last() else {
+        return Ok(Vec::new());
+    };
+    let start = read(youngest)?.global_frontier.max(ckpt + 1);
     let mut local: HashMap<u64, u64> = HashMap::new();
     let mut keep = Vec::new();
-    for (seq, block, m) in found.into_iter().rev() {
+    for f in found.iter().rev() {
+        let (seq, block) = (f.header.seq, f.header.offset);
         if seq < start {
             break;
         }
+        let m = read(f)?;
         let lf = *local.entry(block).or_insert(m.local_frontier);
         if seq > lf {
             keep.push((seq, block, m));
         }
     }
     keep.reverse();
-    keep
+    Ok(keep)
 }
 
 fn read_checkpoint(disk: &dyn Disk) -> Result<Checkpoint, Error> {
@@ -534,46 +716,90 @@ impl<A: BlockApp> Inner<A> {
     }
 
     fn logged(&self, block: u64, op: Op, bytes: &[u8]) -> Result<u64, Error> {
+        let change = Change {
+            block,
+            op,
+            bytes: bytes.to_vec(),
+        };
+        let seqs = self.logged_many(vec![change])?;
+        seqs.first()
+            .copied()
+            .ok_or_else(|| Error::Failed("log returned no sequence number".into()))
+    }
+
+    fn logged_many(&self, changes: Vec<Change>) -> Result<Vec<u64>, Error> {
         let Some((log, volume)) = &self.log else {
             return Err(Error::WrongMode);
         };
-        self.check_block_no(block)?;
+        for c in &changes {
+            self.check_block_no(c.block)?;
+        }
+        if changes.is_empty() {
+            return Ok(Vec::new());
+        }
         self.make_room()?;
-        let (floor, ticket, rx) = {
+        let (floor, sent) = {
             let mut st = lock(&self.state);
             let floor = st.max_seen + 1;
             *st.inflight.entry(floor).or_insert(0) += 1;
-            let payload =
-                LoggedMod::encode(op, st.global_frontier(), st.local_frontier(block), bytes);
-            // Handed to the log under the state lock, so ticket order is sequence order.
-            let rx = log.append(Entry::write(*volume, block, Bytes::from(payload)));
-            let ticket = st.next_ticket;
-            st.next_ticket += 1;
-            if rx.is_ok() {
-                st.unqueued.entry(block).or_default().insert(ticket);
+            let gf = st.global_frontier();
+            let mut sent = Vec::with_capacity(changes.len());
+            for c in changes {
+                let lf = st.local_frontier(c.block);
+                let payload = LoggedMod::encode(c.op, gf, lf, &c.bytes);
+                // Handed to the log under the state lock, so ticket order is sequence order.
+                let rx = log.append(Entry::write(*volume, c.block, Bytes::from(payload)));
+                let ticket = st.next_ticket;
+                st.next_ticket += 1;
+                if rx.is_ok() {
+                    st.unqueued.entry(c.block).or_default().insert(ticket);
+                }
+                sent.push((c, ticket, rx));
             }
-            (floor, ticket, rx)
+            (floor, sent)
         };
-        let done = rx
-            .map_err(Error::from)
-            .and_then(|rx| rx.blocking_recv().map_err(|_| Error::Failed("log".into())))
-            .and_then(|r| r.map_err(Error::from));
+        let done: Vec<_> = sent
+            .into_iter()
+            .map(|(c, ticket, rx)| {
+                let r = rx
+                    .map_err(Error::from)
+                    .and_then(|rx| rx.blocking_recv().map_err(|_| Error::Failed("log".into())))
+                    .and_then(|r| r.map_err(Error::from));
+                (c, ticket, r)
+            })
+            .collect();
         let mut st = lock(&self.state);
-        if done.is_ok() {
-            // Appends of this block with lower sequence numbers queue first.
-            while st
-                .unqueued
-                .get(&block)
-                .and_then(|t| t.first())
-                .is_some_and(|&first| first < ticket)
-            {
-                st = self.queued.wait(st).unwrap_or_else(PoisonError::into_inner);
+        let mut seqs = Vec::with_capacity(done.len());
+        let mut first_error = None;
+        for (c, ticket, r) in done {
+            if r.is_ok() {
+                // Appends of this block with lower sequence numbers queue first. A batch's
+                // tickets are one contiguous range, so batches never wait on each other in a
+                // cycle.
+                while st
+                    .unqueued
+                    .get(&c.block)
+                    .and_then(|t| t.first())
+                    .is_some_and(|&first| first < ticket)
+                {
+                    st = self.queued.wait(st).unwrap_or_else(PoisonError::into_inner);
+                }
             }
-        }
-        if let Some(t) = st.unqueued.get_mut(&block) {
-            t.remove(&ticket);
-            if t.is_empty() {
-                st.unqueued.remove(&block);
+            if let Some(t) = st.unqueued.get_mut(&c.block) {
+                t.remove(&ticket);
+                if t.is_empty() {
+                    st.unqueued.remove(&c.block);
+                }
+            }
+            match r {
+                Ok(appended) => {
+                    st.max_seen = st.max_seen.max(appended.seq);
+                    self.enqueue(&mut st, c.block, appended.seq, c.op, c.bytes);
+                    seqs.push(appended.seq);
+                }
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
             }
         }
         if let Some(n) = st.inflight.get_mut(&floor) {
@@ -582,14 +808,42 @@ impl<A: BlockApp> Inner<A> {
                 st.inflight.remove(&floor);
             }
         }
-        let queued = done.map(|appended| {
-            st.max_seen = st.max_seen.max(appended.seq);
-            self.enqueue(&mut st, block, appended.seq, op, bytes.to_vec());
-            appended.seq
-        });
         drop(st);
         self.queued.notify_all();
-        queued
+        first_error.map_or(Ok(seqs), Err)
+    }
+
+    fn load(&self, first: u64, payloads: &[u8]) -> Result<(), Error> {
+        let (bs, pb) = (self.geo.block_bytes as usize, self.geo.payload_bytes());
+        if !payloads.len().is_multiple_of(pb) {
+            return Err(Error::Config(format!(
+                "bulk load of {} bytes is not a multiple of the {pb}-byte payload",
+                payloads.len()
+            )));
+        }
+        let count = (payloads.len() / pb) as u64;
+        if count == 0 {
+            return Ok(());
+        }
+        self.check_block_no(first + count - 1)?;
+        // Under the commit lock: a commit run rewrites whole spans, unmodified blocks included.
+        let _one = lock(&self.commit_lock);
+        {
+            let st = lock(&self.state);
+            if st.max_seen != 0 || !st.queues.is_empty() {
+                return Err(Error::Config(
+                    "bulk load needs an engine never modified since format".into(),
+                ));
+            }
+        }
+        let mut buf = vec![0u8; count as usize * bs];
+        for (i, (img, p)) in buf.chunks_mut(bs).zip(payloads.chunks(pb)).enumerate() {
+            img[BLOCK_HEADER_LEN..].copy_from_slice(p);
+            seal_block(img, 0, first + i as u64);
+        }
+        self.disk.write_at(&buf, self.geo.block_offset(first))?;
+        self.disk.sync()?;
+        Ok(())
     }
 
     fn at_position(&self, block: u64, op: Op, bytes: &[u8], position: u64) -> Result<(), Error> {
@@ -613,50 +867,43 @@ impl<A: BlockApp> Inner<A> {
     fn enqueue(&self, st: &mut State, block: u64, seq: u64, op: Op, bytes: Vec<u8>) {
         self.stats.modifications.fetch_add(1, Ordering::Relaxed);
         st.uncommitted.insert(seq);
-        let q = st.queues.entry(block).or_default();
-        debug_assert!(
-            q.pending.last().is_none_or(|p| p.seq < seq),
-            "block {block}: modifications queue in sequence order"
-        );
-        let mut added = 16;
-        if q.image.is_none() && op == Op::Write {
-            // A whole-payload write needs nothing from the disk: the block is in memory from
-            // here on (the B+tree's new leaves; a split of such a leaf costs no I/O).
-            let mut img = vec![0u8; self.geo.block_bytes as usize];
-            apply_op(self.app.as_ref(), block, &mut img, op, &bytes);
-            added += img.len();
-            q.image = Some(img);
-            q.image_lsn = seq;
-            q.pending.push(Pending {
+        let (app, block_bytes) = (self.app.as_ref(), self.geo.block_bytes as usize);
+        let applied = st.with_queue(block, |q| {
+            debug_assert!(
+                q.pending.last().is_none_or(|p| p.seq < seq),
+                "block {block}: modifications queue in sequence order"
+            );
+            let applied = q.image.is_some();
+            if q.image.is_none() && op == Op::Write {
+                // A whole-payload write needs nothing from the disk: the block is in memory
+                // from here on (the B+tree's new leaves; a split of such a leaf costs no I/O).
+                q.image = Some(vec![0u8; block_bytes]);
+            }
+            let stored = match q.image.as_mut() {
+                Some(img) => {
+                    apply_op(app, block, img, op, &bytes);
+                    q.image_lsn = seq;
+                    Stored::Applied
+                }
+                None => Stored::new(bytes),
+            };
+            q.push(Pending {
                 seq,
                 op,
-                bytes: None,
+                bytes: stored,
             });
-            st.memory_bytes += added;
-            return;
-        }
-        let stored = if let Some(img) = q.image.as_mut() {
-            apply_op(self.app.as_ref(), block, img, op, &bytes);
-            q.image_lsn = seq;
-            self.stats.applied_in_memory.fetch_add(1, Ordering::Relaxed);
-            None
-        } else {
-            added += bytes.len();
-            Some(bytes)
-        };
-        q.pending.push(Pending {
-            seq,
-            op,
-            bytes: stored,
+            applied
         });
-        st.memory_bytes += added;
+        if applied {
+            self.stats.applied_in_memory.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// Forced commit: when the budget is exhausted the caller first drops clean cached images
     /// and then runs commit cycles itself until the queues fit again. The time spent is
     /// counted in `forced_wait_ns`.
     fn make_room(&self) -> Result<(), Error> {
-        let budget = self.cfg.memory_budget_bytes;
+        let budget = self.budget.load(Ordering::Relaxed);
         if lock(&self.state).memory_bytes <= budget {
             return Ok(());
         }
@@ -690,9 +937,7 @@ impl<A: BlockApp> Inner<A> {
             if st.memory_bytes <= budget {
                 break;
             }
-            if let Some(q) = st.queues.remove(&b) {
-                st.memory_bytes -= q.image.map_or(0, |i| i.len());
-            }
+            st.remove_queue(b);
         }
     }
 
@@ -701,6 +946,35 @@ impl<A: BlockApp> Inner<A> {
         self.disk.read_at(&mut img, self.geo.block_offset(block))?;
         let h = check_block(&img, Some(block)).map_err(|e| Error::Block { block, error: e })?;
         Ok((img, h.lsn))
+    }
+
+    /// One chunk of [`Bosc::scan`]: blocks from `first` filling `buf`.
+    fn scan_chunk(
+        &self,
+        first: u64,
+        buf: &mut [u8],
+        f: &mut impl FnMut(u64, &[u8]) -> Result<(), Error>,
+    ) -> Result<(), Error> {
+        let _gate = self.gate.read().unwrap_or_else(PoisonError::into_inner);
+        self.disk.read_at(buf, self.geo.block_offset(first))?;
+        let st = lock(&self.state);
+        for (i, img) in buf.chunks_mut(self.geo.block_bytes as usize).enumerate() {
+            let block = first + i as u64;
+            let h = check_block(img, Some(block)).map_err(|e| Error::Block { block, error: e })?;
+            if let Some(q) = st.queues.get(&block) {
+                if let Some(cached) = q.image.as_ref() {
+                    f(block, &cached[BLOCK_HEADER_LEN..])?;
+                    continue;
+                }
+                for p in q.pending.iter().filter(|p| p.seq > h.lsn) {
+                    if let Some(b) = p.bytes.get() {
+                        apply_op(self.app.as_ref(), block, img, p.op, b);
+                    }
+                }
+            }
+            f(block, &img[BLOCK_HEADER_LEN..])?;
+        }
+        Ok(())
     }
 
     fn query<R>(&self, block: u64, f: impl FnOnce(&[u8]) -> R) -> Result<R, Error> {
@@ -714,32 +988,31 @@ impl<A: BlockApp> Inner<A> {
         let _gate = self.gate.read().unwrap_or_else(PoisonError::into_inner);
         let (mut img, lsn) = self.read_block(block)?;
         let mut st = lock(&self.state);
-        let budget = self.cfg.memory_budget_bytes;
+        let budget = self.budget.load(Ordering::Relaxed);
         let room = st.memory_bytes + img.len() <= budget;
         let mut img_lsn = lsn;
-        let mut freed = 0;
-        let q = st.queues.entry(block).or_default();
-        if let Some(cached) = q.image.as_ref() {
-            return Ok(f(&cached[BLOCK_HEADER_LEN..]));
-        }
-        for p in q.pending.iter_mut().filter(|p| p.seq > lsn) {
-            if let Some(b) = p.bytes.as_ref() {
-                apply_op(self.app.as_ref(), block, &mut img, p.op, b);
-                img_lsn = p.seq;
+        if let Some(q) = st.queues.get(&block) {
+            if let Some(cached) = q.image.as_ref() {
+                return Ok(f(&cached[BLOCK_HEADER_LEN..]));
+            }
+            for p in q.pending.iter().filter(|p| p.seq > lsn) {
+                if let Some(b) = p.bytes.get() {
+                    apply_op(self.app.as_ref(), block, &mut img, p.op, b);
+                    img_lsn = p.seq;
+                }
             }
         }
         let out = f(&img[BLOCK_HEADER_LEN..]);
         if room {
             // The queues double as a cache: later modifications apply to this image at once.
-            for p in &mut q.pending {
-                freed += p.bytes.take().map_or(0, |b| b.len());
-            }
-            q.image_lsn = img_lsn;
-            let len = img.len();
-            q.image = Some(img);
-            st.memory_bytes = st.memory_bytes + len - freed;
-        } else if q.pending.is_empty() {
-            st.queues.remove(&block);
+            st.with_queue(block, |q| {
+                for p in &mut q.pending {
+                    p.bytes = Stored::Applied;
+                }
+                q.heap_bytes = 0;
+                q.image_lsn = img_lsn;
+                q.image = Some(img);
+            });
         }
         Ok(out)
     }
@@ -775,11 +1048,17 @@ impl<A: BlockApp> Inner<A> {
     /// Plans the runs of one cycle from the sweep cursor (wrapping once).
     fn plan(&self) -> Vec<Run> {
         let mut st = lock(&self.state);
+        let runs_per_cycle = self.cfg.runs_per_cycle.max(1);
+        // A run holds at least one pending block and at most `max_run`, and the greedy planner
+        // looks one pending block past a run's end: this many pending blocks plan the cycle's
+        // runs exactly as all of them would, without walking every queue each cycle.
+        let enough = runs_per_cycle * self.geo.max_run as usize + 1;
         let pending = |from: u64, st: &State| -> Vec<u64> {
             st.queues
                 .range(from..)
                 .filter(|(_, q)| !q.pending.is_empty())
                 .map(|(&b, _)| b)
+                .take(enough)
                 .collect()
         };
         let mut blocks = pending(st.cursor, &st);
@@ -792,7 +1071,7 @@ impl<A: BlockApp> Inner<A> {
             u64::from(self.geo.max_run),
             self.cfg.min_pending_ratio,
         );
-        runs.truncate(self.cfg.runs_per_cycle.max(1));
+        runs.truncate(runs_per_cycle);
         if let Some(last) = runs.last() {
             st.cursor = last.start + last.len;
         }
@@ -860,7 +1139,7 @@ impl<A: BlockApp> Inner<A> {
                 } else {
                     let mut lsn = h.lsn;
                     for p in q.pending.iter().filter(|p| p.seq > h.lsn) {
-                        if let Some(b) = p.bytes.as_ref() {
+                        if let Some(b) = p.bytes.get() {
                             apply_op(self.app.as_ref(), block, img, p.op, b);
                             lsn = p.seq;
                         }
@@ -890,22 +1169,33 @@ impl<A: BlockApp> Inner<A> {
         let _gate = self.gate.write().unwrap_or_else(PoisonError::into_inner);
         let mut st = lock(&self.state);
         for s in staged {
-            let mut freed = 0;
-            let mut done = Vec::new();
-            if let Some(q) = st.queues.get_mut(&s.block) {
+            if !st.queues.contains_key(&s.block) {
+                continue;
+            }
+            let done = st.with_queue(s.block, |q| {
+                let mut done = Vec::new();
+                let mut freed = 0;
                 q.pending.retain(|p| {
                     let keep = p.seq > s.upto;
                     if !keep {
-                        freed += 16 + p.bytes.as_ref().map_or(0, Vec::len);
+                        freed += p.bytes.heap_bytes();
                         done.push(p.seq);
                     }
                     keep
                 });
-                if q.pending.is_empty() && q.image.is_none() {
-                    st.queues.remove(&s.block);
+                q.heap_bytes -= freed;
+                if q.pending.is_empty() {
+                    q.pending = Vec::new();
                 }
+                done
+            });
+            if st
+                .queues
+                .get(&s.block)
+                .is_some_and(|q| q.pending.is_empty() && q.image.is_none())
+            {
+                st.remove_queue(s.block);
             }
-            st.memory_bytes -= freed;
             for seq in done {
                 st.uncommitted.remove(&seq);
             }
@@ -938,5 +1228,70 @@ impl<A: BlockApp> Inner<A> {
             log.release(ckpt);
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mariner_disk::MemDisk;
+
+    struct Put;
+    impl BlockApp for Put {
+        fn apply(&self, _block: u64, payload: &mut [u8], m: &[u8]) {
+            payload[..m.len()].copy_from_slice(m);
+        }
+    }
+
+    fn counted_matches_footprints(b: &Bosc<Put>) {
+        let st = lock(&b.inner.state);
+        let sum: usize = st.queues.values().map(Queue::footprint).sum();
+        assert_eq!(st.memory_bytes, sum);
+    }
+
+    /// `memory_bytes` is the sum of the queues' footprints through queueing (inline and heap
+    /// modifications, whole-block writes), cached queries, commits and eviction.
+    #[test]
+    fn memory_accounting_is_exact() {
+        let cfg = BoscConfig {
+            block_bytes: 512,
+            block_count: 64,
+            memory_budget_bytes: 1 << 20,
+            background: None,
+            ..BoscConfig::default()
+        };
+        let log_cfg = LogConfig {
+            segment_bytes: 64 * 1024,
+            t_wait_ns: 0,
+            ..LogConfig::default()
+        };
+        let data: Arc<dyn Disk> = Arc::new(MemDisk::new(0));
+        let log: Arc<dyn Disk> = Arc::new(MemDisk::new(4 << 20));
+        Bosc::<Put>::format(data.as_ref(), &cfg).unwrap();
+        Log::format(&[Arc::clone(&log)], &log_cfg, 1).unwrap();
+        let durability = Durability::OwnLog {
+            devices: vec![log],
+            log: log_cfg,
+            log_id: 1,
+            volume: 1,
+        };
+        let (b, _) = Bosc::open(data, cfg, durability, Arc::new(Put)).unwrap();
+        for i in 0..200u64 {
+            let len = if i % 3 == 0 { 100 } else { 12 };
+            b.modify(i % 40, &vec![i as u8; len]).unwrap();
+            if i % 50 == 0 {
+                b.write(63, &[7u8; 40]).unwrap();
+                b.query(i % 40, |_| ()).unwrap();
+            }
+            counted_matches_footprints(&b);
+        }
+        let batch = (0..30).map(|i| Change::modify(i, vec![1u8; 20])).collect();
+        b.modify_batch(batch).unwrap();
+        counted_matches_footprints(&b);
+        b.commit_all().unwrap();
+        counted_matches_footprints(&b);
+        b.inner.evict_clean(0);
+        counted_matches_footprints(&b);
+        assert_eq!(b.memory_bytes(), 0);
     }
 }

@@ -17,7 +17,8 @@
 //! that holds the key or is not full. Deletes would break that invariant (they need
 //! tombstones) and are not offered.
 //!
-//! Both tables rebuild their counts at open by reading every page.
+//! Both tables rebuild their counts at open by reading every page. [`layout_pages`] builds
+//! either table's pages from distinct records without putting them one by one (bulk load).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -25,7 +26,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use mariner_disk::Disk;
 
-use crate::{BlockApp, Bosc, Error};
+use crate::{BlockApp, Bosc, Change, Error};
 
 pub const PAGE_HEADER_LEN: usize = 8;
 pub const RECORD_LEN: usize = 16;
@@ -69,6 +70,83 @@ pub fn page_put(p: &mut [u8], key: u64, value: u64) -> bool {
     p[at..at + 8].copy_from_slice(&key.to_le_bytes());
     p[at + 8..at + 16].copy_from_slice(&value.to_le_bytes());
     true
+}
+
+/// Writes `records` (distinct keys, at most the capacity) as the whole contents of a page.
+fn page_fill(p: &mut [u8], records: &[(u64, u64)]) {
+    p.fill(0);
+    p[0..4].copy_from_slice(&(records.len() as u32).to_le_bytes());
+    for (i, (k, v)) in records.iter().enumerate() {
+        let at = PAGE_HEADER_LEN + i * RECORD_LEN;
+        p[at..at + 8].copy_from_slice(&k.to_le_bytes());
+        p[at + 8..at + 16].copy_from_slice(&v.to_le_bytes());
+    }
+}
+
+/// What [`layout_pages`] built.
+#[derive(Debug, Default)]
+pub struct Layout {
+    /// Records per page.
+    pub counts: Vec<usize>,
+    /// Records that overflowed the last page: probing wraps to page 0, so the caller puts
+    /// them one by one.
+    pub leftover: Vec<(u64, u64)>,
+}
+
+/// Bulk load: lays out records with distinct keys as the table would hold them after putting
+/// each once — every page takes what overflowed the page before it, then its home records, and
+/// what does not fit moves on, so a key sits beyond its home page only past full pages, the
+/// invariant `get` and the blind put rely on. `records` is called once per chunk of
+/// `chunk_pages` pages (only that chunk's records are held in memory) and must yield the
+/// same records each time; `emit(first_page, payloads)` receives each chunk's payloads of
+/// `payload_bytes` each, in page order.
+pub fn layout_pages<I, E>(
+    pages: u64,
+    payload_bytes: usize,
+    chunk_pages: u64,
+    records: impl Fn() -> I,
+    mut emit: E,
+) -> Result<Layout, Error>
+where
+    I: Iterator<Item = (u64, u64)>,
+    E: FnMut(u64, &[u8]) -> Result<(), Error>,
+{
+    let capacity = page_capacity(payload_bytes);
+    if capacity == 0 || pages == 0 {
+        return Err(Error::Config("hash pages too small or none".into()));
+    }
+    let chunk_pages = chunk_pages.clamp(1, pages);
+    let mut layout = Layout {
+        counts: Vec::with_capacity(pages as usize),
+        leftover: Vec::new(),
+    };
+    let mut carry: Vec<(u64, u64)> = Vec::new();
+    let mut buf = Vec::new();
+    let mut first = 0;
+    while first < pages {
+        let end = (first + chunk_pages).min(pages);
+        let mut homed: Vec<(u64, u64, u64)> = records()
+            .map(|(k, v)| (hash(k) % pages, k, v))
+            .filter(|(h, _, _)| (first..end).contains(h))
+            .collect();
+        homed.sort_unstable_by_key(|r| r.0);
+        buf.clear();
+        buf.resize((end - first) as usize * payload_bytes, 0);
+        let mut next = homed.into_iter().peekable();
+        for (page, p) in (first..end).zip(buf.chunks_mut(payload_bytes)) {
+            while let Some((_, k, v)) = next.next_if(|r| r.0 == page) {
+                carry.push((k, v));
+            }
+            let take = carry.len().min(capacity);
+            page_fill(p, &carry[..take]);
+            carry.drain(..take);
+            layout.counts.push(take);
+        }
+        emit(first, &buf)?;
+        first = end;
+    }
+    layout.leftover = carry;
+    Ok(layout)
 }
 
 /// splitmix64: spreads sequential keys over the pages.
@@ -124,9 +202,10 @@ impl BoscHash {
     pub fn open(bosc: Bosc<HashApp>) -> Result<Self, Error> {
         let capacity = page_capacity(bosc.payload_bytes());
         let mut counts = Vec::with_capacity(bosc.block_count() as usize);
-        for page in 0..bosc.block_count() {
-            counts.push(bosc.query(page, page_count)?);
-        }
+        bosc.scan(0, bosc.block_count(), |_, p| {
+            counts.push(page_count(p));
+            Ok(())
+        })?;
         Ok(Self {
             bosc,
             counts: Mutex::new(counts),
@@ -139,15 +218,63 @@ impl BoscHash {
         hash(key) % self.bosc.block_count()
     }
 
+    /// Bulk load onto a freshly formatted, never modified engine with
+    /// [`layout_pages`] and [`Bosc::load`] (no log, no queues); records that wrapped past the
+    /// last page are then put one by one. A crash during it leaves a disk to format again.
+    pub fn bulk_load<I>(
+        bosc: Bosc<HashApp>,
+        chunk_pages: u64,
+        records: impl Fn() -> I,
+    ) -> Result<Self, Error>
+    where
+        I: Iterator<Item = (u64, u64)>,
+    {
+        let (pages, pb) = (bosc.block_count(), bosc.payload_bytes());
+        let layout = layout_pages(pages, pb, chunk_pages, records, |first, payloads| {
+            bosc.load(first, payloads)
+        })?;
+        let table = Self {
+            capacity: page_capacity(pb),
+            counts: Mutex::new(layout.counts),
+            stats: HashStats::default(),
+            bosc,
+        };
+        table.put_batch(&layout.leftover)?;
+        Ok(table)
+    }
+
     pub fn put(&self, key: u64, value: u64) -> Result<(), Error> {
+        self.put_batch(&[(key, value)])
+    }
+
+    /// Puts many records with one group commit of the log: all are durable when it returns.
+    /// A put whose home page is full probes, which reads pages, so the batch so far is made
+    /// durable and queued first.
+    pub fn put_batch(&self, records: &[(u64, u64)]) -> Result<(), Error> {
         let mut counts = lock(&self.counts);
-        let home = self.home(key);
-        if counts[home as usize] < self.capacity {
-            self.bosc.modify(home, &encode_put(key, value))?;
-            counts[home as usize] += 1;
-            self.stats.blind_puts.fetch_add(1, Ordering::Relaxed);
-            return Ok(());
+        let mut staged = Vec::new();
+        for &(key, value) in records {
+            let home = self.home(key);
+            if counts[home as usize] < self.capacity {
+                staged.push(Change::modify(home, encode_put(key, value).to_vec()));
+                counts[home as usize] += 1;
+                self.stats.blind_puts.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            self.bosc.modify_batch(std::mem::take(&mut staged))?;
+            self.probe_put(&mut counts, home, key, value)?;
         }
+        self.bosc.modify_batch(staged)?;
+        Ok(())
+    }
+
+    fn probe_put(
+        &self,
+        counts: &mut [usize],
+        home: u64,
+        key: u64,
+        value: u64,
+    ) -> Result<(), Error> {
         self.stats.probed_puts.fetch_add(1, Ordering::Relaxed);
         let n = self.bosc.block_count();
         for i in 0..n {
@@ -186,6 +313,11 @@ impl BoscHash {
 
     pub fn stats(&self) -> &HashStats {
         &self.stats
+    }
+
+    /// Heap bytes the table keeps besides the engine's queues: the page counts.
+    pub fn counts_bytes(&self) -> usize {
+        lock(&self.counts).capacity() * std::mem::size_of::<usize>()
     }
 }
 
@@ -234,6 +366,36 @@ impl PlainHash {
             sync_every: sync_every.max(1),
             state: Mutex::new(PlainState::default()),
         })
+    }
+
+    /// Bulk load onto a zeroed disk with [`layout_pages`] (whole pages written in place, then
+    /// a sync); records that wrapped past the last page are then put one by one.
+    pub fn bulk_load<I>(
+        disk: Arc<dyn Disk>,
+        page_bytes: usize,
+        pages: u64,
+        cache_pages: usize,
+        sync_every: u64,
+        chunk_pages: u64,
+        records: impl Fn() -> I,
+    ) -> Result<Self, Error>
+    where
+        I: Iterator<Item = (u64, u64)>,
+    {
+        let table = Self::open(disk, page_bytes, pages, cache_pages, sync_every)?;
+        let layout = layout_pages(
+            pages,
+            page_bytes,
+            chunk_pages,
+            records,
+            |first, payloads| Ok(table.disk.write_at(payloads, first * page_bytes as u64)?),
+        )?;
+        table.disk.sync()?;
+        for (k, v) in layout.leftover {
+            table.put(k, v)?;
+        }
+        table.sync()?;
+        Ok(table)
     }
 
     fn page<'a>(&self, st: &'a mut PlainState, page: u64) -> Result<&'a mut Vec<u8>, Error> {

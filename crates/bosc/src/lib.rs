@@ -5,9 +5,11 @@
 //!   in-memory queues under a memory budget (applied at once when the block is in memory), and
 //!   a commit cycle sweeps the data disk in runs ([`runs`]), applying and writing them back.
 //!   `query(block, f)` sees every acknowledged modification. Plain `read`/`write` remain.
+//!   `modify_batch` logs many modifications with one group commit; `load` bulk-loads a fresh
+//!   disk; `scan` reads blocks sequentially as `query` sees them (opens of the indexes).
 //! - Durability ([`Durability`]): own-log mode logs each modification to a mariner-log before
 //!   acknowledging it (sequence number, back pointer and CRC32C from the log; global and local
-//!   frontiers in the payload, [`format`]); caller-durable mode keeps only a checkpoint of the
+//!   frontiers in the payload, [`mod@format`]); caller-durable mode keeps only a checkpoint of the
 //!   caller's log position.
 //! - [`btree`]: the B+tree on BOSC (§3.3), keyed for the CDP version index; [`hash`]: the
 //!   hash table on BOSC (§3.4.4) and the same table over plain read/write.
@@ -33,7 +35,8 @@ pub mod runs;
 
 mod engine;
 
-pub use engine::{BlockApp, Bosc, BoscConfig, BoscStats, Durability, OpenReport};
+pub use engine::{BlockApp, Bosc, BoscConfig, BoscStats, Change, Durability, OpenReport};
+pub use format::Op;
 
 /// What can go wrong.
 #[derive(Debug, thiserror::Error)]

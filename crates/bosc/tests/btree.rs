@@ -205,3 +205,88 @@ fn half_done_split_is_repaired_at_open() {
     assert_eq!(tree.newest_at_or_before(1, 0, 4).unwrap(), Some((0, 0)));
     assert_eq!(tree.newest_at_or_before(1, cap, 4).unwrap(), None);
 }
+
+fn open_engine(disks: &Disks, c: &BoscConfig) -> Bosc<LeafApp> {
+    let durability = Durability::OwnLog {
+        devices: vec![Arc::clone(&disks.log_disk)],
+        log: log_cfg(),
+        log_id: LOG_ID,
+        volume: 9,
+    };
+    let (bosc, _) = Bosc::open(
+        Arc::clone(&disks.data_disk),
+        c.clone(),
+        durability,
+        Arc::new(LeafApp),
+    )
+    .unwrap();
+    bosc
+}
+
+/// A sorted bulk load, then batches of inserts (several per leaf, splits of leaves the batch
+/// already touched), commit cycles and crashes against the oracle.
+#[test]
+fn bulk_load_then_batches_survive_crashes() {
+    let c = cfg(1 << 20);
+    let mut disks = Disks::new::<LeafApp>(5, &c, 4 << 20, LOG_ID);
+    let recs: Vec<_> = (0..600u64)
+        .map(|i| (Key::new((i / 200) as u32, (i % 200) * 4, 10), i))
+        .collect();
+    let mut o: BTreeMap<Key, u64> = recs.iter().copied().collect();
+    let tree = BPlusTree::bulk_load(open_engine(&disks, &c), None, 10, recs).unwrap();
+    // 512-byte blocks hold 16 records; 10 per leaf.
+    assert_eq!(tree.leaf_count(), 60);
+    assert_eq!(tree.bosc().pending_modifications(), 0);
+    check_all(&tree, &o);
+    drop(tree);
+    // The load is durable on its own: no log record describes it.
+    disks = disks.crash();
+    let mut tree = disks.open(&c);
+    assert_eq!(tree.leaf_count(), 60);
+    check_all(&tree, &o);
+    let mut rng = Rng(0xB01C);
+    let mut step = 1000;
+    for round in 0..24 {
+        let n = rng.below(40) + 1;
+        let batch: Vec<_> = (0..n)
+            .map(|_| {
+                step += 1;
+                (key(&mut rng), step)
+            })
+            .collect();
+        tree.insert_batch(&batch).unwrap();
+        o.extend(batch);
+        if round % 3 == 0 {
+            tree.bosc().commit_cycle().unwrap();
+        }
+        if round % 5 == 4 {
+            drop(tree);
+            disks = disks.crash();
+            tree = disks.open(&c);
+            check_all(&tree, &o);
+        }
+    }
+    check_all(&tree, &o);
+    let s = tree.stats();
+    assert!(
+        s.splits_in_memory.load(Ordering::Relaxed) + s.splits_with_read.load(Ordering::Relaxed) > 0
+    );
+}
+
+#[test]
+fn bulk_load_refuses_unsorted_keys_and_a_used_engine() {
+    let c = cfg(1 << 20);
+    let disks = Disks::new::<LeafApp>(6, &c, 4 << 20, LOG_ID);
+    let unsorted = [(Key::new(1, 5, 0), 1), (Key::new(1, 5, 0), 2)];
+    assert!(BPlusTree::bulk_load(open_engine(&disks, &c), None, 10, unsorted).is_err());
+    // The refused load wrote nothing: an engine that was modified cannot be loaded.
+    let tree = disks.open(&c);
+    tree.insert(Key::new(1, 1, 1), 1).unwrap();
+    drop(tree);
+    let bosc = open_engine(&disks, &c);
+    let one = [(Key::new(2, 0, 0), 7)];
+    assert!(matches!(
+        BPlusTree::bulk_load(bosc, None, 10, one),
+        Err(mariner_bosc::Error::Config(_))
+    ));
+}

@@ -1,0 +1,250 @@
+//! The B+tree on BOSC, and the BOSC set-up the hash table shares.
+//!
+//! Files: `<engine>.data` (BOSC's data disk, 4 KiB blocks by default) and `<engine>.log`
+//! (BOSC's own mariner-log, one device, zero-filled at creation so fdatasync does not commit
+//! the file system's journal for unwritten extents). Durability: own-log mode. A single
+//! `modify` is durable before it returns (stronger than every N); the benchmark uses the batch
+//! calls, which log a whole batch with one group commit and return when all of it is durable —
+//! the same promise redb's transaction and fjall's persist give every N operations. Recovery
+//! replays the log above the checkpoint into the queues ([`Engine::reopen`] measures it).
+
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mariner_bosc::btree::{leaf_capacity, BPlusTree, Key, LeafApp};
+use mariner_bosc::format::BLOCK_HEADER_LEN;
+use mariner_bosc::{BlockApp, Bosc, BoscConfig, Durability, OpenReport};
+use mariner_disk::{Disk, FileDisk, OpenOptions};
+use mariner_log::{Log, LogConfig};
+use serde_json::{json, Map, Value};
+
+use super::{budget_usize, remove_old, Engine, Reopened};
+use crate::workload::Workload;
+use crate::{BenchError, Config};
+
+const LOG_ID: u128 = 0x1DE8_B05C;
+/// Bytes a logged B+tree or hash modification takes in the log (80-byte header, 17-byte BOSC
+/// prefix, the modification), rounded up.
+const LOG_RECORD_BYTES: u64 = 160;
+
+/// A BOSC engine's two files and configurations.
+pub(super) struct BoscFiles {
+    data: PathBuf,
+    log: PathBuf,
+    pub(super) cfg: BoscConfig,
+    log_cfg: LogConfig,
+}
+
+impl BoscFiles {
+    /// Formats fresh files: a data disk of `block_count` blocks and a log sized for every
+    /// write of both timed phases, in case nothing were released.
+    pub(super) fn create<A: BlockApp>(
+        cfg: &Config,
+        block_count: u64,
+        budget: usize,
+    ) -> Result<Self, BenchError> {
+        let files = Self::existing(cfg, block_count, budget);
+        remove_old(&files.data)?;
+        remove_old(&files.log)?;
+        let data = FileDisk::open(&files.data, &OpenOptions::new().create(true))?;
+        Bosc::<A>::format(&data, &files.cfg)?;
+        let log_bytes = (2 * cfg.ops * LOG_RECORD_BYTES).clamp(16 << 20, 1 << 30);
+        let log: Arc<dyn Disk> = Arc::new(FileDisk::open(
+            &files.log,
+            &OpenOptions::new().create(true),
+        )?);
+        mariner_disk::write_zeros(log.as_ref(), 0, log_bytes)?;
+        log.sync()?;
+        Log::format(&[log], &files.log_cfg, LOG_ID)?;
+        Ok(files)
+    }
+
+    /// The files a run with the same parameters created.
+    pub(super) fn existing(cfg: &Config, block_count: u64, budget: usize) -> Self {
+        let name = cfg.engine.name();
+        Self {
+            data: cfg.dir.join(format!("{name}.data")),
+            log: cfg.dir.join(format!("{name}.log")),
+            cfg: BoscConfig {
+                block_bytes: cfg.block_bytes,
+                block_count,
+                max_run: cfg.max_run,
+                memory_budget_bytes: budget,
+                background: Some(Duration::from_millis(10)),
+                ..BoscConfig::default()
+            },
+            log_cfg: LogConfig::default(),
+        }
+    }
+
+    /// Opens (and recovers) the engine.
+    pub(super) fn open<A: BlockApp>(&self, app: A) -> Result<(Bosc<A>, OpenReport), BenchError> {
+        let data: Arc<dyn Disk> = Arc::new(FileDisk::open(&self.data, &OpenOptions::new())?);
+        let log: Arc<dyn Disk> = Arc::new(FileDisk::open(&self.log, &OpenOptions::new())?);
+        let durability = Durability::OwnLog {
+            devices: vec![log],
+            log: self.log_cfg.clone(),
+            log_id: LOG_ID,
+            volume: 1,
+        };
+        Ok(Bosc::open(
+            data,
+            self.cfg.clone(),
+            durability,
+            Arc::new(app),
+        )?)
+    }
+
+    pub(super) fn data_path(&self) -> PathBuf {
+        self.data.clone()
+    }
+}
+
+/// The engine's counters.
+pub(super) fn engine_notes<A: BlockApp>(b: &Bosc<A>) -> Map<String, Value> {
+    let s = b.stats();
+    let n = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+    let mut m = Map::new();
+    m.insert("modifications".into(), json!(n(&s.modifications)));
+    m.insert("applied_in_memory".into(), json!(n(&s.applied_in_memory)));
+    m.insert("runs_committed".into(), json!(n(&s.runs_committed)));
+    m.insert("blocks_written".into(), json!(n(&s.blocks_written)));
+    m.insert("forced_commits".into(), json!(n(&s.forced_commits)));
+    m.insert(
+        "forced_wait_s".into(),
+        json!(n(&s.forced_wait_ns) as f64 / 1e9),
+    );
+    m.insert("pending_at_end".into(), json!(b.pending_modifications()));
+    m.insert("queue_bytes_at_end".into(), json!(b.memory_bytes()));
+    m.insert("queue_budget_bytes".into(), json!(b.memory_budget()));
+    m
+}
+
+pub(super) fn open_notes(r: &OpenReport) -> Map<String, Value> {
+    let mut m = Map::new();
+    m.insert("engine_open_s".into(), json!(r.elapsed.as_secs_f64()));
+    m.insert("records_scanned".into(), json!(r.records_scanned));
+    m.insert("pending_requeued".into(), json!(r.records_requeued));
+    m
+}
+
+/// The B+tree on BOSC.
+pub struct BoscBtree {
+    files: BoscFiles,
+    tree: Option<BPlusTree>,
+    budget: usize,
+    fill: usize,
+}
+
+impl BoscBtree {
+    /// Leaves are bulk-loaded two-thirds full; the disk has room for every split the insert
+    /// phase could cause (a leaf splits after at least a quarter of its capacity more).
+    pub fn new(cfg: &Config, fresh: bool) -> Result<Self, BenchError> {
+        let capacity = leaf_capacity((cfg.block_bytes as usize).saturating_sub(BLOCK_HEADER_LEN));
+        if capacity < 8 {
+            return Err(BenchError::Config(
+                "blocks too small for B+tree leaves".into(),
+            ));
+        }
+        let fill = capacity * 2 / 3;
+        let leaves = cfg.preload_entries.div_ceil(fill as u64);
+        let block_count = leaves + cfg.ops / (capacity as u64 / 4) + 1024;
+        let budget = budget_usize(cfg);
+        let files = if fresh {
+            BoscFiles::create::<LeafApp>(cfg, block_count, budget)?
+        } else {
+            BoscFiles::existing(cfg, block_count, budget)
+        };
+        Ok(Self {
+            files,
+            tree: None,
+            budget,
+            fill,
+        })
+    }
+
+    fn tree(&self) -> Result<&BPlusTree, BenchError> {
+        self.tree
+            .as_ref()
+            .ok_or_else(|| BenchError::Config("the tree is not loaded".into()))
+    }
+
+    /// The queues get what the tree's own structures leave of the budget.
+    fn rebudget(&self) -> Result<(), BenchError> {
+        let t = self.tree()?;
+        let queues = self
+            .budget
+            .saturating_sub(t.router_bytes())
+            .max(self.budget / 4);
+        t.bosc().set_memory_budget(queues);
+        Ok(())
+    }
+}
+
+impl Engine for BoscBtree {
+    fn load(&mut self, w: &Workload) -> Result<(), BenchError> {
+        let (bosc, _) = self.files.open(LeafApp)?;
+        self.tree = Some(BPlusTree::bulk_load(bosc, None, self.fill, w.preloaded())?);
+        self.rebudget()
+    }
+
+    fn write_batch(&mut self, batch: &[(Key, u64)]) -> Result<(), BenchError> {
+        self.tree()?.insert_batch(batch)?;
+        self.rebudget()
+    }
+
+    fn get(&mut self, key: Key) -> Result<Option<u64>, BenchError> {
+        Ok(self.tree()?.get(key)?)
+    }
+
+    fn range(&mut self, from: Key, to: Key) -> Result<Option<Vec<(Key, u64)>>, BenchError> {
+        Ok(Some(self.tree()?.range(from, to)?))
+    }
+
+    fn reopen(&mut self) -> Result<Reopened, BenchError> {
+        let started = Instant::now();
+        // Dropping stops the commit thread and the log; the queues stay in the log only.
+        drop(self.tree.take());
+        let (bosc, report) = self.files.open(LeafApp)?;
+        let scan = Instant::now();
+        self.tree = Some(BPlusTree::open(bosc, None)?);
+        let mut notes = open_notes(&report);
+        notes.insert("tree_scan_s".into(), json!(scan.elapsed().as_secs_f64()));
+        let elapsed = started.elapsed();
+        self.rebudget()?;
+        Ok(Reopened { elapsed, notes })
+    }
+
+    fn notes(&self) -> Map<String, Value> {
+        let Some(t) = self.tree.as_ref() else {
+            return Map::new();
+        };
+        let mut m = engine_notes(t.bosc());
+        let s = t.stats();
+        m.insert("leaves".into(), json!(t.leaf_count()));
+        m.insert("router_bytes".into(), json!(t.router_bytes()));
+        m.insert(
+            "splits_in_memory".into(),
+            json!(s.splits_in_memory.load(Ordering::Relaxed)),
+        );
+        m.insert(
+            "splits_with_read".into(),
+            json!(s.splits_with_read.load(Ordering::Relaxed)),
+        );
+        m.insert(
+            "counts_refreshed".into(),
+            json!(s.counts_refreshed.load(Ordering::Relaxed)),
+        );
+        m.insert(
+            "leaves_prefetched".into(),
+            json!(s.leaves_prefetched.load(Ordering::Relaxed)),
+        );
+        m
+    }
+
+    fn index_files(&self) -> Vec<PathBuf> {
+        vec![self.files.data_path()]
+    }
+}

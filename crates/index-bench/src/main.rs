@@ -1,0 +1,99 @@
+//! `mariner-index-bench --engine E --dir D ...`: one engine, one run, one JSON line on stdout
+//! (see the library's docs and `bench/index-compare.sh`).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use bytesize::ByteSize;
+use clap::Parser;
+use mariner_index_bench::{reopen, run, BenchError, Config, EngineKind};
+
+#[derive(Parser)]
+#[command(about = "Index benchmark of issue 4: one engine per process, one JSON line out")]
+struct Args {
+    /// bosc-btree | redb | fjall | bosc-hash | plain-hash
+    #[arg(long)]
+    engine: String,
+    /// Scratch directory on the disk under test.
+    #[arg(long)]
+    dir: PathBuf,
+    /// Memory for the engine's caches, memtables, queues and internal nodes.
+    #[arg(long, default_value = "32MiB")]
+    budget: ByteSize,
+    /// Records bulk-loaded (untimed) before the timed phases.
+    #[arg(long, default_value_t = 1_000_000)]
+    preload_entries: u64,
+    /// Most operations per timed phase (inserts, then updates).
+    #[arg(long, default_value_t = 1_000_000)]
+    ops: u64,
+    /// Longest time per timed phase, seconds.
+    #[arg(long, default_value_t = 60)]
+    window_secs: u64,
+    /// Durable every this many operations.
+    #[arg(long, default_value_t = 1000)]
+    sync_every: u64,
+    /// Point queries, and as many range queries.
+    #[arg(long, default_value_t = 2000)]
+    queries: u64,
+    /// LBAs a range query covers.
+    #[arg(long, default_value_t = 100)]
+    range_len: u64,
+    /// Seed of the operations' random numbers.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Block (leaf, page) size of the BOSC engines and the plain hash table.
+    #[arg(long, default_value_t = 4096)]
+    block_bytes: u32,
+    /// Longest BOSC commit run, in blocks (32 in the seed).
+    #[arg(long, default_value_t = 32)]
+    max_run: u32,
+    /// Check every answer against an in-memory model (small runs only).
+    #[arg(long)]
+    verify: bool,
+    /// Instead of a run: open the files an earlier run with the same parameters left (BOSC:
+    /// recovering its queues from its log) and look up a sample of its inserts.
+    #[arg(long)]
+    reopen_only: bool,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let Some(engine) = EngineKind::parse(&args.engine) else {
+        eprintln!("unknown engine {:?}", args.engine);
+        return ExitCode::from(2);
+    };
+    let cfg = Config {
+        budget_bytes: args.budget.as_u64(),
+        preload_entries: args.preload_entries,
+        ops: args.ops,
+        window: Duration::from_secs(args.window_secs),
+        sync_every: args.sync_every,
+        queries: args.queries,
+        range_len: args.range_len,
+        seed: args.seed,
+        block_bytes: args.block_bytes,
+        max_run: args.max_run,
+        verify: args.verify,
+        ..Config::new(engine, args.dir)
+    };
+    let line = if args.reopen_only {
+        reopen(&cfg).and_then(|r| to_json(&r))
+    } else {
+        run(&cfg).and_then(|r| to_json(&r))
+    };
+    match line {
+        Ok(line) => {
+            println!("{line}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("mariner-index-bench {}: {e}", engine.name());
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn to_json(r: &impl serde::Serialize) -> Result<String, BenchError> {
+    serde_json::to_string(r).map_err(|e| BenchError::Check(e.to_string()))
+}

@@ -1,0 +1,166 @@
+//! The one-line JSON result of a run.
+
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use crate::workload::RECORD_BYTES;
+use crate::Config;
+
+/// A timed write phase.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Phase {
+    /// Operations done.
+    pub ops: u64,
+    /// Seconds they took.
+    pub secs: f64,
+    /// `ops / secs`.
+    pub ops_per_s: f64,
+}
+
+impl Phase {
+    /// From a count and its time.
+    pub fn new(ops: u64, took: Duration) -> Self {
+        let secs = took.as_secs_f64();
+        Self {
+            ops,
+            secs,
+            ops_per_s: if secs > 0.0 { ops as f64 / secs } else { 0.0 },
+        }
+    }
+}
+
+/// Query latencies.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Latency {
+    /// Queries timed.
+    pub count: u64,
+    /// Median, µs.
+    pub p50_us: f64,
+    /// 99th percentile, µs.
+    pub p99_us: f64,
+    /// Mean, µs.
+    pub mean_us: f64,
+    /// Range queries: mean records returned.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub records_mean: Option<f64>,
+}
+
+impl Latency {
+    /// From the individual times; `records` is the total a range phase returned.
+    pub fn new(mut times: Vec<Duration>, records: Option<u64>) -> Self {
+        times.sort_unstable();
+        let us = |d: Duration| d.as_secs_f64() * 1e6;
+        let at = |pct: usize| {
+            let i = (times.len() * pct / 100).min(times.len().saturating_sub(1));
+            times.get(i).copied().map_or(0.0, us)
+        };
+        let count = times.len() as u64;
+        let total: Duration = times.iter().sum();
+        Self {
+            count,
+            p50_us: at(50),
+            p99_us: at(99),
+            mean_us: if count > 0 {
+                us(total) / count as f64
+            } else {
+                0.0
+            },
+            records_mean: records.map(|r| r as f64 / count.max(1) as f64),
+        }
+    }
+}
+
+/// A reopen: close (BOSC without committing its queues) and open again.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ReopenReport {
+    /// Engine name.
+    pub engine: String,
+    /// Close plus open, seconds.
+    pub reopen_s: f64,
+    /// What the open found (BOSC: pending updates requeued from its log, scan time).
+    pub notes: Map<String, Value>,
+    /// Inserted records looked up and found after it.
+    pub inserts_checked: u64,
+    /// Peak resident set of the process (VmHWM), bytes.
+    pub peak_rss_bytes: u64,
+}
+
+/// Everything a run measured, printed as one JSON line.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Report {
+    /// Engine name.
+    pub engine: String,
+    /// The memory budget, bytes.
+    pub budget_bytes: u64,
+    /// Durable every this many operations.
+    pub sync_every: u64,
+    /// Records bulk-loaded.
+    pub preload_entries: u64,
+    /// `preload_entries` × 28 bytes (20-byte key + 8-byte value).
+    pub preload_raw_bytes: u64,
+    /// Disk space of the index's files after the bulk load.
+    pub index_disk_bytes: u64,
+    /// The untimed bulk load, seconds.
+    pub bulk_load_s: f64,
+    /// Random inserts of new keys.
+    pub insert: Phase,
+    /// Random updates of preloaded keys.
+    pub update: Phase,
+    /// Point queries of random preloaded keys.
+    pub point: Latency,
+    /// Range queries (B-trees and the LSM only).
+    pub range: Option<Latency>,
+    /// Engine counters after the timed phases.
+    pub notes: Map<String, Value>,
+    /// The reopen inside the run, when asked for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reopen: Option<ReopenReport>,
+    /// Whether every answer was checked against a model.
+    pub verified: bool,
+    /// Peak resident set of the process (VmHWM), bytes.
+    pub peak_rss_bytes: u64,
+    /// Resident set (VmRSS) after each phase, bytes.
+    pub rss_bytes: Map<String, Value>,
+}
+
+impl Report {
+    /// An empty report for `cfg`.
+    pub fn new(cfg: &Config) -> Self {
+        Self {
+            engine: cfg.engine.name().into(),
+            budget_bytes: cfg.budget_bytes,
+            sync_every: cfg.sync_every,
+            preload_entries: cfg.preload_entries,
+            preload_raw_bytes: cfg.preload_entries * RECORD_BYTES,
+            ..Self::default()
+        }
+    }
+
+    /// Records the resident set after `phase` (and says so on stderr, for long runs).
+    pub fn note_rss(&mut self, phase: &str) {
+        let rss = rss_bytes();
+        eprintln!("{}: {phase} done, RSS {} MiB", self.engine, rss >> 20);
+        self.rss_bytes.insert(phase.into(), Value::from(rss));
+    }
+}
+
+/// VmHWM from /proc/self/status; 0 where there is none.
+pub fn peak_rss_bytes() -> u64 {
+    status_bytes("VmHWM:")
+}
+
+/// VmRSS from /proc/self/status; 0 where there is none.
+pub fn rss_bytes() -> u64 {
+    status_bytes("VmRSS:")
+}
+
+fn status_bytes(field: &str) -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
