@@ -20,8 +20,9 @@
 //!
 //! Checkpoint slot (ping-pong, the one with the higher counter and a valid CRC wins):
 //! magic `b"BOSCCKPT"`, version u16, pad u16, block_bytes u32, block_count u64, max_run u32,
-//! pad u32, counter u64, checkpoint u64 (every sequence number / caller position at or below it
-//! is committed), crc32c u32 over the preceding bytes.
+//! crc32c u32 (at 28, over all 48 bytes with itself zeroed), counter u64, checkpoint u64 (every
+//! sequence number / caller position at or below it is committed). docs/FORMATS.md has the
+//! byte tables.
 //!
 //! Own-log payload (inside a mariner-log `Write` record whose `offset` is the block number, so
 //! the log supplies sequence number, back pointer, timestamp and CRC32C):
