@@ -19,7 +19,6 @@
 //! (`LeafApp`, `HashApp`) that decode them. The `*_sit_at_documented_offsets` tests pin the
 //! tables of docs/FORMATS.md, with the checksums computed independently of the crate.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use mariner_bosc::btree::{leaf_capacity, leaf_payload, Key, LeafApp, LEAF_HEADER_LEN, LEAF_MAGIC};
@@ -32,7 +31,6 @@ use mariner_bosc::hash::{page_capacity, page_count, page_get, page_put, HashApp,
 use mariner_bosc::{btree, hash, BlockApp, Bosc, BoscConfig, Durability, Op};
 use mariner_disk::{Disk, MemDisk};
 
-const REGENERATE: &str = "MARINER_REGENERATE_GOLDEN";
 /// Block size of every golden block; payload = 512 − 24 = 488 bytes.
 const BLOCK: usize = 512;
 const PAYLOAD: usize = BLOCK - BLOCK_HEADER_LEN;
@@ -40,53 +38,9 @@ const PAYLOAD: usize = BLOCK - BLOCK_HEADER_LEN;
 // ---------------------------------------------------------------------------------------------
 // Golden file plumbing (as in crates/log/tests/golden.rs)
 
-fn golden_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests")
-        .join("golden")
-}
-
-fn regenerating() -> bool {
-    std::env::var_os(REGENERATE).is_some_and(|v| v == "1")
-}
-
-/// Compares `encoded` with the committed file `name` and returns the committed bytes. With
-/// `MARINER_REGENERATE_GOLDEN=1` it first (re)writes the file, atomically, so that tests running
-/// in parallel never read a half-written file.
-fn golden(name: &str, encoded: &[u8]) -> Vec<u8> {
-    let dir = golden_dir();
-    let path = dir.join(name);
-    if regenerating() {
-        std::fs::create_dir_all(&dir).unwrap();
-        let thread = std::thread::current().id();
-        let tmp = dir.join(format!(".{name}.{}.{thread:?}.tmp", std::process::id()));
-        std::fs::write(&tmp, encoded).unwrap();
-        std::fs::rename(&tmp, &path).unwrap();
-    }
-    let committed = std::fs::read(&path).unwrap_or_else(|e| {
-        panic!(
-            "{}: {e}; generate it with {REGENERATE}=1 cargo test -p mariner-bosc --test golden",
-            path.display()
-        )
-    });
-    if let Some(at) = first_difference(&committed, encoded) {
-        panic!(
-            "{name}: the encoding differs from the committed golden file at byte {at} \
-             (committed {} bytes, encoded {} bytes). If the format change is intended, bump the \
-             format version, update docs/FORMATS.md and regenerate with {REGENERATE}=1.",
-            committed.len(),
-            encoded.len()
-        );
-    }
-    committed
-}
-
-fn first_difference(a: &[u8], b: &[u8]) -> Option<usize> {
-    a.iter()
-        .zip(b)
-        .position(|(x, y)| x != y)
-        .or((a.len() != b.len()).then(|| a.len().min(b.len())))
-}
+#[path = "../../../tests/support/golden.rs"]
+mod support;
+use support::golden;
 
 fn le_u16(b: &[u8], at: usize) -> u16 {
     u16::from_le_bytes(b[at..at + 2].try_into().unwrap())

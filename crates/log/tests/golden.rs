@@ -16,8 +16,6 @@
 //! values must appear at the documented offsets, and the checksums must be the documented ones
 //! computed independently of the crate.
 
-use std::path::PathBuf;
-
 use mariner_log::format::{FormatVersion, RECORD_MAGIC, SUPERBLOCK_LEN, SUPERBLOCK_MAGIC};
 use mariner_log::scan::{parse_segment, Stop};
 use mariner_log::{
@@ -28,58 +26,13 @@ use mariner_log::{
 const LOG_ID: u128 = 0x0123_4567_89ab_cdef_fedc_ba98_7654_3210;
 const GENERATION: u64 = 9;
 const ALIGN: u64 = 512;
-const REGENERATE: &str = "MARINER_REGENERATE_GOLDEN";
 
 // ---------------------------------------------------------------------------------------------
 // Golden file plumbing
 
-fn golden_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests")
-        .join("golden")
-}
-
-fn regenerating() -> bool {
-    std::env::var_os(REGENERATE).is_some_and(|v| v == "1")
-}
-
-/// Compares `encoded` with the committed file `name` and returns the committed bytes. With
-/// `MARINER_REGENERATE_GOLDEN=1` it first (re)writes the file, atomically, so that tests running
-/// in parallel never read a half-written file.
-fn golden(name: &str, encoded: &[u8]) -> Vec<u8> {
-    let dir = golden_dir();
-    let path = dir.join(name);
-    if regenerating() {
-        std::fs::create_dir_all(&dir).unwrap();
-        let thread = std::thread::current().id();
-        let tmp = dir.join(format!(".{name}.{}.{thread:?}.tmp", std::process::id()));
-        std::fs::write(&tmp, encoded).unwrap();
-        std::fs::rename(&tmp, &path).unwrap();
-    }
-    let committed = std::fs::read(&path).unwrap_or_else(|e| {
-        panic!(
-            "{}: {e}; generate it with {REGENERATE}=1 cargo test -p mariner-log --test golden",
-            path.display()
-        )
-    });
-    if let Some(at) = first_difference(&committed, encoded) {
-        panic!(
-            "{name}: the encoding differs from the committed golden file at byte {at} \
-             (committed {} bytes, encoded {} bytes). If the format change is intended, bump the \
-             format version, update docs/FORMATS.md and regenerate with {REGENERATE}=1.",
-            committed.len(),
-            encoded.len()
-        );
-    }
-    committed
-}
-
-fn first_difference(a: &[u8], b: &[u8]) -> Option<usize> {
-    a.iter()
-        .zip(b)
-        .position(|(x, y)| x != y)
-        .or((a.len() != b.len()).then(|| a.len().min(b.len())))
-}
+#[path = "../../../tests/support/golden.rs"]
+mod support;
+use support::golden;
 
 // ---------------------------------------------------------------------------------------------
 // The fixed values
