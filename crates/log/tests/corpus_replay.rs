@@ -1,14 +1,14 @@
-//! Replays the committed fuzz corpus of the log decoders as an ordinary test.
+//! Replays the committed fuzz seed corpora (`log_record` under `fuzz/corpus/`) through the entry
+//! points the fuzz targets call.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "../../../tests/support/corpus.rs"]
+mod support;
+
+use mariner_log::fuzzing::fuzz_record;
 
 #[test]
 fn log_record_corpus_replays_without_panics() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/log_record");
-    let mut n = 0;
-    for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
-        let path = entry.map(|e| e.path()).unwrap_or_default();
-        let data = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        mariner_log::fuzzing::fuzz_record(&data);
-        n += 1;
-    }
-    assert!(n > 0, "the corpus is empty");
+    support::replay("log_record", fuzz_record);
 }

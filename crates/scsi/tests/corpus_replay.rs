@@ -1,35 +1,14 @@
-//! Replays the committed fuzz seed corpora (`fuzz/corpus/scsi_cdb/`)
-//! through the entry points the fuzz targets call, so every seed (and every crash reproducer
-//! added there) runs as an ordinary test without a fuzzing toolchain.
+//! Replays the committed fuzz seed corpora (`scsi_cdb` under `fuzz/corpus/`) through the entry
+//! points the fuzz targets call.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
+#[path = "../../../tests/support/corpus.rs"]
+mod support;
 
 use mariner_scsi::fuzzing::fuzz_cdb;
 
-fn corpus(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../fuzz/corpus")
-        .join(target);
-    let mut files: Vec<(PathBuf, Vec<u8>)> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("cannot read {}: {e}", dir.display()))
-        .map(|entry| entry.unwrap().path())
-        .filter(|path| path.is_file())
-        .map(|path| {
-            let data = std::fs::read(&path).unwrap();
-            (path, data)
-        })
-        .collect();
-    files.sort();
-    assert!(!files.is_empty(), "corpus {} is empty", dir.display());
-    files
-}
-
 #[test]
 fn replay_scsi_cdb_corpus() {
-    for (path, data) in corpus("scsi_cdb") {
-        eprintln!("replaying {}", path.display());
-        fuzz_cdb(&data);
-    }
+    support::replay("scsi_cdb", fuzz_cdb);
 }
