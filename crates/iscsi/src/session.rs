@@ -449,7 +449,7 @@ impl Session {
             _ => return Vec::new(),
         }
         self.running.remove(&c.itt);
-        let mut out = self.data_in(c.itt, c.lun_id, &c.data_in);
+        let mut out = self.data_in(c.itt, c.lun_id, c.data_in);
         // Phase collapse (RFC 7143 §11.7.4): GOOD status without sense rides on the final
         // Data-In (S bit), saving a SCSI Response PDU per read.
         match out.last_mut() {
@@ -530,25 +530,46 @@ impl Session {
         (vec![r2t], false)
     }
 
-    fn data_in(&mut self, itt: u32, lun: u64, data: &[u8]) -> Vec<Pdu> {
+    /// The Data-In PDUs carrying `data`, split at the initiator's MaxRecvDataSegmentLength;
+    /// data that fits one PDU moves into it without a copy.
+    fn data_in(&mut self, itt: u32, lun: u64, data: Vec<u8>) -> Vec<Pdu> {
         let seg = (self.params.initiator_max_recv as usize).max(512);
+        if data.is_empty() {
+            return Vec::new();
+        }
+        if data.len() <= seg {
+            return vec![self.data_in_pdu(itt, lun, 0, 0, true, data)];
+        }
+        let total = data.len();
         data.chunks(seg)
             .enumerate()
             .map(|(sn, chunk)| {
-                let mut p = Pdu::new(Opcode::DataIn);
-                let last = (sn + 1) * seg >= data.len();
-                p.bhs[1] = if last { 0x80 } else { 0 };
-                p.set_lun(lun);
-                p.set_itt(itt);
-                p.set_u32(20, RESERVED_TAG);
-                self.stamp(&mut p, false);
-                p.set_u32(24, 0);
-                p.set_u32(36, sn as u32);
-                p.set_u32(40, (sn * seg) as u32);
-                p.data = chunk.to_vec();
-                p
+                let last = (sn + 1) * seg >= total;
+                self.data_in_pdu(itt, lun, sn, sn * seg, last, chunk.to_vec())
             })
             .collect()
+    }
+
+    fn data_in_pdu(
+        &mut self,
+        itt: u32,
+        lun: u64,
+        sn: usize,
+        offset: usize,
+        last: bool,
+        data: Vec<u8>,
+    ) -> Pdu {
+        let mut p = Pdu::new(Opcode::DataIn);
+        p.bhs[1] = if last { 0x80 } else { 0 };
+        p.set_lun(lun);
+        p.set_itt(itt);
+        p.set_u32(20, RESERVED_TAG);
+        self.stamp(&mut p, false);
+        p.set_u32(24, 0);
+        p.set_u32(36, sn as u32);
+        p.set_u32(40, offset as u32);
+        p.data = data;
+        p
     }
 
     fn response(
