@@ -119,7 +119,7 @@ impl UnitState {
     }
 
     fn leave(&self, epoch: u64) {
-        {
+        let aborted = {
             let mut inner = self.lock();
             if let Some(n) = inner.tasks.get_mut(&epoch) {
                 *n -= 1;
@@ -127,8 +127,14 @@ impl UnitState {
                     inner.tasks.remove(&epoch);
                 }
             }
+            // Only a reset waits, and only for tasks of epochs before its own: a task of the
+            // current epoch leaving wakes nobody. Read under the lock a reset bumps the epoch
+            // under, so a reset either sees this task gone or is woken.
+            epoch < self.epoch()
+        };
+        if aborted {
+            self.left.notify_waiters();
         }
-        self.left.notify_waiters();
     }
 
     /// Aborts every task in the task set, whatever nexus it came from, and returns once all
