@@ -12,6 +12,11 @@
 //!
 //! Each device resumes in a fresh segment after its newest one, so nothing is ever appended after
 //! a torn tail. The segments that still hold records above the watermark stay in use.
+//!
+//! Memory: the scan streams. Recovery keeps the records above the watermark and the segments
+//! holding them; of everything else (released segments, records at or below the watermark)
+//! only the highest seq/ts, the newest segment and counts, so a long log of applied records
+//! costs one segment buffer per device, not a header per record.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -21,7 +26,7 @@ use mariner_disk::Disk;
 use mariner_placement::DeviceStart;
 
 use crate::format::Superblock;
-use crate::scan::{scan_device, Found, SegmentScan, Stop};
+use crate::scan::{scan_device_with, Found, SegmentSummary, Stop, Visit};
 use crate::LogError;
 
 /// What recovery found and decided.
@@ -55,7 +60,7 @@ pub(crate) fn recover(
     after_ts: u64,
 ) -> Result<(Recovery, Resume), LogError> {
     let start = Instant::now();
-    let scans = scan_all(devices, sbs)?;
+    let scans = scan_all(devices, sbs, after_seq)?;
     let mut rec = Recovery {
         last_seq: after_seq,
         last_ts: after_ts,
@@ -65,13 +70,16 @@ pub(crate) fn recover(
         starts: Vec::new(),
         in_use: Vec::new(),
     };
-    for (scan, sb) in scans.iter().zip(sbs) {
-        absorb(&mut rec, scan, after_seq);
-        let (start, in_use) = device_resume(scan, sb, after_seq);
+    for (mut scan, sb) in scans.into_iter().zip(sbs) {
+        let (start, in_use) = scan.resume(sb);
         resume.starts.push(start);
         resume.in_use.push(in_use);
+        absorb(&mut rec, scan);
     }
-    rec.records.sort_by_key(|f| f.header.seq);
+    // Devices are scanned in order and each in address order, so among equal sequence numbers
+    // the lowest address is the first found: the one kept, as a stable sort would, without
+    // the stable sort's buffer.
+    rec.records.sort_unstable_by_key(|f| (f.header.seq, f.addr));
     rec.records.dedup_by_key(|f| f.header.seq);
     rec.voided = gaps(&rec.records, after_seq, rec.last_seq);
     rec.elapsed = start.elapsed();
@@ -81,13 +89,19 @@ pub(crate) fn recover(
 fn scan_all(
     devices: &[Arc<dyn Disk>],
     sbs: &[Superblock],
-) -> Result<Vec<Vec<SegmentScan>>, LogError> {
+    after_seq: u64,
+) -> Result<Vec<DeviceScan>, LogError> {
     std::thread::scope(|s| {
         let handles: Vec<_> = devices
             .iter()
             .zip(sbs)
             .enumerate()
-            .map(|(dev, (disk, sb))| s.spawn(move || scan_device(disk.as_ref(), dev as u8, sb)))
+            .map(|(dev, (disk, sb))| {
+                s.spawn(move || {
+                    let mut scan = DeviceScan::new(after_seq);
+                    scan_device_with(disk.as_ref(), dev as u8, sb, &mut scan).map(|()| scan)
+                })
+            })
             .collect();
         handles
             .into_iter()
@@ -100,55 +114,92 @@ fn scan_all(
     })
 }
 
-fn absorb(rec: &mut Recovery, scan: &[SegmentScan], after_seq: u64) {
-    for seg in scan {
-        rec.segments_scanned += 1;
-        rec.bytes_scanned += seg.used_bytes;
-        if matches!(seg.stop, Stop::BadHeader | Stop::BadPayload) {
-            rec.torn_tails += 1;
+/// What recovery keeps of one device's scan: the records above the watermark, the segments
+/// that hold them, the newest segment and counts. Records at or below the watermark leave
+/// only their seq/ts behind, so this grows with what lies above the watermark, not the log.
+#[derive(Default)]
+struct DeviceScan {
+    after_seq: u64,
+    /// Records above the watermark, in device order.
+    above: Vec<Found>,
+    /// Written segments holding a record above the watermark: (generation, segment, max_seq).
+    in_use: Vec<(u64, u64, u64)>,
+    /// The written segment of the highest generation: (generation, segment).
+    newest: Option<(u64, u64)>,
+    last_seq: u64,
+    last_ts: u64,
+    segments_scanned: u64,
+    bytes_scanned: u64,
+    torn_tails: u64,
+}
+
+impl DeviceScan {
+    fn new(after_seq: u64) -> Self {
+        Self {
+            after_seq,
+            ..Self::default()
         }
-        for f in &seg.records {
-            rec.last_seq = rec.last_seq.max(f.header.seq);
-            rec.last_ts = rec.last_ts.max(f.header.timestamp_ns);
-            if f.header.seq > after_seq {
-                rec.records.push(*f);
+    }
+
+    /// Where the device resumes and which of its segments stay in use, oldest first.
+    fn resume(&mut self, sb: &Superblock) -> (DeviceStart, VecDeque<(u64, u64)>) {
+        self.in_use.sort_unstable();
+        let in_use: VecDeque<(u64, u64)> = self
+            .in_use
+            .iter()
+            .map(|&(_, segment, max_seq)| (segment, max_seq))
+            .collect();
+        let start = match self.newest {
+            Some((generation, segment)) => DeviceStart {
+                segment,
+                generation,
+                free_segments: sb.segment_count - in_use.len() as u64,
+            },
+            None => DeviceStart {
+                segment: sb.segment_count - 1,
+                generation: 0,
+                free_segments: sb.segment_count,
+            },
+        };
+        (start, in_use)
+    }
+}
+
+impl Visit for DeviceScan {
+    fn record(&mut self, found: &Found) {
+        if found.header.seq > self.after_seq {
+            self.above.push(*found);
+        }
+    }
+
+    fn segment(&mut self, s: &SegmentSummary) {
+        self.segments_scanned += 1;
+        self.bytes_scanned += s.used_bytes;
+        if matches!(s.stop, Stop::BadHeader | Stop::BadPayload) {
+            self.torn_tails += 1;
+        }
+        self.last_seq = self.last_seq.max(s.max_seq);
+        self.last_ts = self.last_ts.max(s.max_ts);
+        if let Some(generation) = s.generation {
+            self.newest = self.newest.max(Some((generation, s.segment)));
+            if s.max_seq > self.after_seq {
+                self.in_use.push((generation, s.segment, s.max_seq));
             }
         }
     }
 }
 
-/// Where a device resumes and which of its segments stay in use, oldest first.
-fn device_resume(
-    scan: &[SegmentScan],
-    sb: &Superblock,
-    after_seq: u64,
-) -> (DeviceStart, VecDeque<(u64, u64)>) {
-    let mut written: Vec<(u64, u64, u64)> = scan
-        .iter()
-        .filter_map(|s| {
-            let max_seq = s.records.iter().map(|f| f.header.seq).max().unwrap_or(0);
-            s.generation.map(|g| (g, s.segment, max_seq))
-        })
-        .collect();
-    written.sort_unstable();
-    let in_use: VecDeque<(u64, u64)> = written
-        .iter()
-        .filter(|(_, _, max_seq)| *max_seq > after_seq)
-        .map(|&(_, segment, max_seq)| (segment, max_seq))
-        .collect();
-    let start = match written.last() {
-        Some(&(generation, segment, _)) => DeviceStart {
-            segment,
-            generation,
-            free_segments: sb.segment_count - in_use.len() as u64,
-        },
-        None => DeviceStart {
-            segment: sb.segment_count - 1,
-            generation: 0,
-            free_segments: sb.segment_count,
-        },
-    };
-    (start, in_use)
+fn absorb(rec: &mut Recovery, mut scan: DeviceScan) {
+    rec.segments_scanned += scan.segments_scanned;
+    rec.bytes_scanned += scan.bytes_scanned;
+    rec.torn_tails += scan.torn_tails;
+    rec.last_seq = rec.last_seq.max(scan.last_seq);
+    rec.last_ts = rec.last_ts.max(scan.last_ts);
+    if rec.records.is_empty() {
+        rec.records = scan.above;
+    } else {
+        rec.records.append(&mut scan.above);
+    }
 }
 
 fn gaps(records: &[Found], after_seq: u64, last_seq: u64) -> Vec<u64> {
@@ -186,5 +237,55 @@ mod tests {
         };
         assert_eq!(gaps(&[f(11), f(13)], 10, 15), vec![12, 14, 15]);
         assert_eq!(gaps(&[], 10, 10), Vec::<u64>::new());
+    }
+
+    fn summary(segment: u64, generation: Option<u64>, max_seq: u64, stop: Stop) -> SegmentSummary {
+        SegmentSummary {
+            segment,
+            generation,
+            stop,
+            used_bytes: 512,
+            record_count: u64::from(generation.is_some()),
+            max_seq,
+            max_ts: max_seq * 10,
+        }
+    }
+
+    /// A wrapped ring: segment 1 is the newest, 3 and 0 the older ones still holding records
+    /// above the watermark (10), 2 all at or below it, 4 never written.
+    #[test]
+    fn a_device_resumes_after_its_newest_segment_keeping_those_above_the_watermark() {
+        let mut scan = DeviceScan::new(10);
+        scan.segment(&summary(0, Some(7), 14, Stop::NoRecord));
+        scan.segment(&summary(1, Some(8), 18, Stop::BadPayload));
+        scan.segment(&summary(2, Some(5), 9, Stop::End));
+        scan.segment(&summary(3, Some(6), 12, Stop::BadHeader));
+        scan.segment(&summary(4, None, 0, Stop::NoRecord));
+        let sb = Superblock {
+            log_id: 1,
+            device_index: 0,
+            device_count: 1,
+            device_bytes: 0,
+            segment_bytes: 65536,
+            segment_count: 5,
+            data_offset: crate::DATA_OFFSET,
+            align_bytes: 512,
+            created_ns: 0,
+        };
+        let (start, in_use) = scan.resume(&sb);
+        assert_eq!(
+            (start.segment, start.generation, start.free_segments),
+            (1, 8, 2)
+        );
+        assert_eq!(Vec::from(in_use), vec![(3, 12), (0, 14), (1, 18)]);
+        assert_eq!((scan.last_seq, scan.last_ts, scan.torn_tails), (18, 180, 2));
+        assert_eq!((scan.segments_scanned, scan.bytes_scanned), (5, 5 * 512));
+
+        let (start, in_use) = DeviceScan::new(0).resume(&sb);
+        assert_eq!(
+            (start.segment, start.generation, start.free_segments),
+            (4, 0, 5)
+        );
+        assert!(in_use.is_empty());
     }
 }

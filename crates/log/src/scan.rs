@@ -43,14 +43,49 @@ pub struct SegmentScan {
     pub used_bytes: u64,
 }
 
-/// Parses one segment image. `base` is the segment's byte offset on device `dev`.
-pub fn parse_segment(log_id: u128, dev: u8, segment: u64, base: u64, bytes: &[u8]) -> SegmentScan {
-    let mut scan = SegmentScan {
+/// What one segment holds, without its records: what recovery decides by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SegmentSummary {
+    pub segment: u64,
+    /// `None` when not even the first record is valid.
+    pub generation: Option<u64>,
+    pub stop: Stop,
+    /// Bytes of valid records.
+    pub used_bytes: u64,
+    /// Valid records.
+    pub record_count: u64,
+    /// Highest sequence number and timestamp of the valid records (0 when there are none).
+    pub max_seq: u64,
+    pub max_ts: u64,
+}
+
+/// Receives what a device scan finds as it finds it, so the caller keeps only what it needs
+/// (recovery: the records above the consumers' watermark and a few per-segment facts).
+pub trait Visit {
+    /// A valid record, in device order.
+    fn record(&mut self, found: &Found);
+    /// A segment's parse ended; its records were visited just before.
+    fn segment(&mut self, summary: &SegmentSummary);
+}
+
+/// Parses one segment image, handing each valid record to `on_record`. `base` is the
+/// segment's byte offset on device `dev`.
+pub fn parse_segment_with(
+    log_id: u128,
+    dev: u8,
+    segment: u64,
+    base: u64,
+    bytes: &[u8],
+    mut on_record: impl FnMut(&Found),
+) -> SegmentSummary {
+    let mut scan = SegmentSummary {
         segment,
         generation: None,
-        records: Vec::new(),
         stop: Stop::End,
         used_bytes: 0,
+        record_count: 0,
+        max_seq: 0,
+        max_ts: 0,
     };
     let mut pos = 0usize;
     while pos < bytes.len() {
@@ -81,7 +116,10 @@ pub fn parse_segment(log_id: u128, dev: u8, segment: u64, base: u64, bytes: &[u8
             break;
         }
         scan.generation = Some(header.generation);
-        scan.records.push(Found {
+        scan.record_count += 1;
+        scan.max_seq = scan.max_seq.max(header.seq);
+        scan.max_ts = scan.max_ts.max(header.timestamp_ns);
+        on_record(&Found {
             header,
             addr: LogAddr::new(dev, base + pos as u64),
         });
@@ -91,27 +129,68 @@ pub fn parse_segment(log_id: u128, dev: u8, segment: u64, base: u64, bytes: &[u8
     scan
 }
 
-/// Reads and parses every segment of a device.
+/// Parses one segment image and keeps its records. `base` is the segment's byte offset on
+/// device `dev`.
+pub fn parse_segment(log_id: u128, dev: u8, segment: u64, base: u64, bytes: &[u8]) -> SegmentScan {
+    let mut records = Vec::new();
+    let s = parse_segment_with(log_id, dev, segment, base, bytes, |f| records.push(*f));
+    SegmentScan {
+        segment,
+        generation: s.generation,
+        records,
+        stop: s.stop,
+        used_bytes: s.used_bytes,
+    }
+}
+
+/// Reads and parses every segment of a device, keeping every record (for inspection tools;
+/// recovery uses [`scan_device_with`]).
 pub fn scan_device<D: Disk + ?Sized>(
     disk: &D,
     dev: u8,
     sb: &Superblock,
 ) -> std::io::Result<Vec<SegmentScan>> {
+    let mut out = Vec::with_capacity(sb.segment_count as usize);
+    for_each_segment(disk, sb, |segment, base, bytes| {
+        out.push(parse_segment(sb.log_id, dev, segment, base, bytes));
+    })?;
+    Ok(out)
+}
+
+/// Reads and parses every segment of a device in order, handing what it finds to `visit`;
+/// holds one segment image at a time.
+pub fn scan_device_with<D: Disk + ?Sized, V: Visit>(
+    disk: &D,
+    dev: u8,
+    sb: &Superblock,
+    visit: &mut V,
+) -> std::io::Result<()> {
+    for_each_segment(disk, sb, |segment, base, bytes| {
+        let summary = parse_segment_with(sb.log_id, dev, segment, base, bytes, |f| visit.record(f));
+        visit.segment(&summary);
+    })
+}
+
+/// Reads each segment of the device into one buffer and calls `f(segment, base, image)`.
+fn for_each_segment<D: Disk + ?Sized>(
+    disk: &D,
+    sb: &Superblock,
+    mut f: impl FnMut(u64, u64, &[u8]),
+) -> std::io::Result<()> {
     let align = (sb.align_bytes as usize).max(disk.alignment()).max(512);
     let mut buf = AlignedBuf::new(sb.segment_bytes as usize, align)?;
-    let mut out = Vec::with_capacity(sb.segment_count as usize);
     for segment in 0..sb.segment_count {
         let base = sb.segment_offset(segment);
         // Most segments of a young log are empty: look at the first header before reading all.
         disk.read_at(&mut buf[..align], base)?;
         if RecordHeader::decode(&buf[..align], sb.log_id, None).is_err() {
-            out.push(parse_segment(sb.log_id, dev, segment, base, &buf[..align]));
+            f(segment, base, &buf[..align]);
             continue;
         }
         disk.read_at(&mut buf, base)?;
-        out.push(parse_segment(sb.log_id, dev, segment, base, &buf));
+        f(segment, base, &buf);
     }
-    Ok(out)
+    Ok(())
 }
 
 #[cfg(test)]
@@ -152,6 +231,29 @@ mod tests {
         assert_eq!(s.records[1].addr, LogAddr::new(0, 65536 + 512));
         assert_eq!(s.stop, Stop::NoRecord);
         assert_eq!(s.used_bytes, 1024);
+    }
+
+    #[test]
+    fn the_summary_counts_what_the_records_say() {
+        let mut seg = record(9, 5, &[1; 100], 512);
+        seg.extend(record(4, 5, &[2; 100], 512));
+        seg.resize(4096, 0);
+        let mut seen = Vec::new();
+        let s = parse_segment_with(7, 0, 3, 0, &seg, |f| seen.push(f.header.seq));
+        assert_eq!(seen, vec![9, 4]);
+        assert_eq!(
+            (s.segment, s.generation, s.stop),
+            (3, Some(5), Stop::NoRecord)
+        );
+        assert_eq!(
+            (s.record_count, s.max_seq, s.max_ts, s.used_bytes),
+            (2, 9, 90, 1024)
+        );
+        let empty = parse_segment_with(7, 0, 4, 0, &[0; 512], |_| panic!("no record"));
+        assert_eq!(
+            (empty.generation, empty.record_count, empty.max_seq),
+            (None, 0, 0)
+        );
     }
 
     #[test]

@@ -166,3 +166,57 @@ pub fn print_forced(n: u64, budget: usize) {
         wait.as_secs_f64() * 100.0 / (mean.as_secs_f64() * n as f64)
     );
 }
+
+/// 512-byte blocks, no background thread: the engine of the reopen measurement.
+fn committed_cfg() -> BoscConfig {
+    BoscConfig {
+        block_bytes: 512,
+        block_count: 1 << 16,
+        memory_budget_bytes: usize::MAX,
+        background: None,
+        ..BoscConfig::default()
+    }
+}
+
+/// Formats `data` and `log`, then logs small modifications worth about `passes` × the log's
+/// size in batches, committing every eighth of the log so its space is recycled, and commits
+/// everything at the end: the whole log then lies at or below the checkpoint. Returns the
+/// checkpoint.
+pub fn fill_committed_log(data: Arc<dyn Disk>, log: &Arc<dyn Disk>, passes: f64) -> u64 {
+    // A logged modification here takes ~110 bytes of log; 100 overestimates their count.
+    let records = (log.len().unwrap() as f64 * passes / 100.0) as u64;
+    let per_commit = log.len().unwrap() / 8 / 100;
+    let cfg = committed_cfg();
+    Bosc::<Slots>::format(data.as_ref(), &cfg).unwrap();
+    Log::format(&[Arc::clone(log)], &log_cfg(), LOG_ID).unwrap();
+    let (b, _) = Bosc::open(data, cfg.clone(), durability(log), Arc::new(Slots)).unwrap();
+    let mut rng = 0x5EED_u64;
+    let (mut logged, mut since_commit) = (0, 0);
+    while logged < records {
+        let batch: Vec<_> = (0..4096.min(records - logged))
+            .map(|_| {
+                let (block, m) = modification(&mut rng);
+                mariner_bosc::Change::modify(block % cfg.block_count, m.to_vec())
+            })
+            .collect();
+        logged += batch.len() as u64;
+        since_commit += batch.len() as u64;
+        b.modify_batch(batch).unwrap();
+        if since_commit >= per_commit {
+            b.commit_all().unwrap();
+            since_commit = 0;
+        }
+    }
+    b.commit_all().unwrap();
+    let checkpoint = b.checkpoint();
+    b.close();
+    assert_eq!(checkpoint, logged, "every logged modification committed");
+    checkpoint
+}
+
+/// Reopens what [`fill_committed_log`] left.
+pub fn reopen_committed(data: Arc<dyn Disk>, log: &Arc<dyn Disk>) -> mariner_bosc::OpenReport {
+    let (b, report) = Bosc::open(data, committed_cfg(), durability(log), Arc::new(Slots)).unwrap();
+    b.close();
+    report
+}
