@@ -2,14 +2,18 @@
 //! ordering, the task set keyed by ITT, data-out with R2T, task management, text and logout.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 
+use futures_util::future::{AbortHandle, Abortable};
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use futures_util::FutureExt;
 use mariner_scsi::{Asc, Lun, Nexus, Sense, SenseKey, Status};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
-use tokio::task::AbortHandle;
 
 use crate::login::{Established, SessionKind, CMD_WINDOW};
 use crate::params::SessionParams;
@@ -60,10 +64,12 @@ struct Running {
     abort: AbortHandle,
 }
 
+/// A task as the session loop polls it: its tag and completion, or `None` when it was
+/// aborted.
+type TaskFuture = Pin<Box<dyn Future<Output = Option<(u64, Completion)>> + Send>>;
+
 /// What spawned work hands back to the session loop.
 enum Event {
-    /// A task finished (its tag, then what it produced).
-    Completed(u64, Completion),
     /// A task management function that had to wait (a reset) is done: its ITT and response.
     TmfDone { itt: u32, response: u8 },
 }
@@ -84,6 +90,8 @@ pub(crate) struct Session {
     /// an ABORT TASK consumed before its command arrived.
     held: HashMap<u32, Option<Pdu>>,
     next_tag: u64,
+    /// Tasks started since the loop last collected them into the set it polls.
+    started: Vec<TaskFuture>,
     done_tx: mpsc::UnboundedSender<Event>,
     done_rx: Option<mpsc::UnboundedReceiver<Event>>,
     next_ttt: u32,
@@ -137,6 +145,7 @@ impl Session {
             running: HashMap::new(),
             held: HashMap::new(),
             next_tag: 0,
+            started: Vec::new(),
             done_tx,
             done_rx: Some(done_rx),
             next_ttt: 1,
@@ -187,8 +196,14 @@ impl Session {
         let Some(mut done_rx) = self.done_rx.take() else {
             return Err(ConnectionError::Protocol("session already ran"));
         };
+        // The session's tasks run inside its own future rather than as tokio tasks of their
+        // own: a log batch that completes many writes wakes this one task once, and their
+        // responses leave in one segment, without a spawn, a channel send and a cross-thread
+        // wakeup per command. Dropping the set (the connection ends) drops every task.
+        let mut tasks: FuturesUnordered<TaskFuture> = FuturesUnordered::new();
         loop {
             let (mut out, mut close) = tokio::select! {
+                Some(done) = tasks.next(), if !tasks.is_empty() => (self.completed(done), false),
                 Some(event) = done_rx.recv() => self.event(event),
                 req = io.read(&mut rd) => match req? {
                     Some(req) => self.handle(req),
@@ -198,13 +213,21 @@ impl Session {
             // Whatever else is ready now goes out in the same write: a log batch completes
             // many commands at once, and one segment carrying all their responses costs the
             // initiator one wakeup instead of one each.
-            while !close {
-                let Ok(event) = done_rx.try_recv() else { break };
-                let (more, c) = self.event(event);
-                out.extend(more);
-                close = c;
-            }
-            while !close {
+            loop {
+                tasks.extend(self.started.drain(..));
+                if close {
+                    break;
+                }
+                if let Some(Some(done)) = tasks.next().now_or_never() {
+                    out.extend(self.completed(done));
+                    continue;
+                }
+                if let Ok(event) = done_rx.try_recv() {
+                    let (more, c) = self.event(event);
+                    out.extend(more);
+                    close = c;
+                    continue;
+                }
                 let Some(req) = io.decoded()? else { break };
                 let (more, c) = self.handle(req);
                 out.extend(more);
@@ -215,6 +238,14 @@ impl Session {
                 wr.shutdown().await.ok();
                 return Ok(());
             }
+        }
+    }
+
+    /// The PDUs for a task that ended: none when it was aborted.
+    fn completed(&mut self, done: Option<(u64, Completion)>) -> Vec<Pdu> {
+        match done {
+            Some((tag, completion)) => self.complete(tag, completion),
+            None => Vec::new(),
         }
     }
 
@@ -403,26 +434,26 @@ impl Session {
         let tag = self.next_tag;
         self.next_tag += 1;
         let itt = cmd.itt;
-        let tx = self.done_tx.clone();
         let nexus = self.nexus.clone();
         let mut ticket = lun.unit().enter();
-        let handle = tokio::spawn(async move {
+        let (abort, registration) = AbortHandle::new_pair();
+        let run = async move {
             let completion = tokio::select! {
                 c = task::run(lun, nexus, cmd) => c,
-                () = ticket.aborted() => return,
+                () = ticket.aborted() => return None,
             };
             drop(ticket);
-            // The session may be gone; then nobody wants the answer.
-            let _ = tx.send(Event::Completed(tag, completion));
-        });
-        let abort = handle.abort_handle();
+            Some((tag, completion))
+        };
+        self.started.push(Box::pin(
+            Abortable::new(run, registration).map(|r| r.ok().flatten()),
+        ));
         self.running.insert(itt, Running { tag, abort });
     }
 
     /// Turns an event into the PDUs to send; returns whether to close.
     fn event(&mut self, event: Event) -> (Vec<Pdu>, bool) {
         match event {
-            Event::Completed(tag, completion) => (self.complete(tag, completion), false),
             Event::TmfDone { itt, response } => {
                 self.resets_waiting = self.resets_waiting.saturating_sub(1);
                 let mut out = vec![self.tmf_response(itt, response)];

@@ -21,7 +21,6 @@ mod error;
 mod recover;
 mod writer;
 
-use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -38,7 +37,7 @@ pub use scan::Found;
 pub use stats::{Histogram, LogStats};
 pub use writer::Dispatch;
 
-use writer::Msg;
+use writer::Shared;
 
 /// How the log is laid out and batches.
 #[derive(Debug, Clone)]
@@ -55,6 +54,10 @@ pub struct LogConfig {
     pub dispatch_on_idle: bool,
     /// Call `sync` after each write. False only when the devices were opened with `O_DSYNC`.
     pub sync_each_write: bool,
+    /// Batches each device may have in flight at once (mariner-placement's
+    /// `PolicyConfig::device_depth`); each device's batches are acknowledged in the order
+    /// they were placed, so recovery never finds an acknowledged batch behind a hole.
+    pub device_depth: u32,
     /// Cost model of the devices for choosing the next active device.
     pub model: LinearModel,
 }
@@ -68,6 +71,7 @@ impl Default for LogConfig {
             t_switch: f64::INFINITY,
             dispatch_on_idle: true,
             sync_each_write: true,
+            device_depth: 1,
             model: LinearModel::default(),
         }
     }
@@ -148,13 +152,21 @@ pub struct Log {
 }
 
 struct Inner {
-    tx: Mutex<Sender<Msg>>,
+    shared: Arc<Shared>,
     devices: Vec<Arc<dyn Disk>>,
     sb: Superblock,
     stats: Arc<LogStats>,
     failed: Arc<Mutex<Option<String>>>,
     threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
     max_payload: u32,
+}
+
+/// The last handle gone without [`Log::shutdown`]: the threads must still end (they hold the
+/// dispatcher state, whose job queues keep the device threads waiting).
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.shared.shutdown();
+    }
 }
 
 impl std::fmt::Debug for Log {
@@ -254,6 +266,7 @@ impl Log {
             t_switch: cfg.t_switch,
             dispatch_on_idle: cfg.dispatch_on_idle,
             queue_when_busy: false,
+            device_depth: cfg.device_depth,
             align_bytes: u64::from(sb.align_bytes),
             segment_bytes: sb.segment_bytes,
             segment_count: sb.segment_count,
@@ -272,13 +285,13 @@ impl Log {
             in_use: resume.in_use,
             released: after_seq,
             sync_each_write: cfg.sync_each_write,
+            device_depth: cfg.device_depth,
         };
-        let (tx, rx) = std::sync::mpsc::channel();
-        let threads = writer::spawn(parts, &devices, tx.clone(), rx)
-            .map_err(|source| LogError::Io { dev: 0, source })?;
+        let (shared, threads) =
+            writer::spawn(parts, &devices).map_err(|source| LogError::Io { dev: 0, source })?;
         let max_payload = max_payload(&sb);
         let inner = Inner {
-            tx: Mutex::new(tx),
+            shared,
             devices,
             sb,
             stats,
@@ -306,16 +319,7 @@ impl Log {
 
     fn submit(&self, entry: Entry, seq: Option<u64>) -> AppendFuture {
         let (reply, rx) = oneshot::channel();
-        let msg = Msg::Append {
-            entry,
-            seq,
-            reply,
-            arrived: Instant::now(),
-        };
-        if let Ok(tx) = self.inner.tx.lock() {
-            // A closed channel drops the reply sender; the receiver then reports shutdown.
-            let _ = tx.send(msg);
-        }
+        self.inner.shared.append(entry, seq, reply, Instant::now());
         rx
     }
 
@@ -342,9 +346,7 @@ impl Log {
     /// Consumers are durable up to `seq`: segments holding only records at or below it may be
     /// reused.
     pub fn release(&self, seq: u64) {
-        if let Ok(tx) = self.inner.tx.lock() {
-            let _ = tx.send(Msg::Release(seq));
-        }
+        self.inner.shared.release(seq);
     }
 
     /// Reads back the record at `addr` and verifies it; `Gone` when the space was reused.
@@ -397,15 +399,12 @@ impl Log {
 
     /// Stops the writer; waiters still pending get [`LogError::Failed`]. Idempotent.
     pub fn shutdown(&self) {
-        if let Ok(tx) = self.inner.tx.lock() {
-            let _ = tx.send(Msg::Shutdown);
-        }
+        self.inner.shared.shutdown();
         let handles = self
             .inner
             .threads
             .lock()
             .map(|mut t| std::mem::take(&mut *t));
-        // Dropping the job senders (with the dispatcher) ends the device threads.
         for h in handles.unwrap_or_default() {
             let _ = h.join();
         }

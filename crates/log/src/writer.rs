@@ -1,22 +1,29 @@
-//! The dispatcher thread and one I/O thread per log device.
+//! The dispatcher: one I/O thread per log device, a timer thread, and the state they share.
 //!
 //! The dispatcher owns the placement policy (mariner-placement). It stamps each appended record
 //! with the next sequence number and a strictly rising timestamp, lets the policy decide which
 //! device writes it and when, lays the batch out (headers, payloads, padding) and hands it to
 //! the device's thread, which writes it and makes it durable (`O_DSYNC`, or write + fdatasync).
-//! When a batch is durable the dispatcher tells the consumer sink, then acknowledges each
+//! When a batch is durable the device thread tells the consumer sink, then acknowledges each
 //! waiter. After an I/O error the log fails: nothing is retried, every waiter and every later
 //! append gets [`LogError::Failed`].
 //!
+//! The dispatcher is not a thread of its own: its state ([`Shared`]) sits behind one mutex,
+//! and whoever has news takes the lock, feeds the policy and executes what it returns — the
+//! appending thread for a new record, a device thread for a finished write, the consumers for
+//! a release, the timer thread for a `T_wait` deadline. An append therefore costs no thread
+//! hop and no wakeup; only a dispatched batch wakes a device thread. (It used to be a thread
+//! fed by a channel: on two cores the wakeup per append cost more CPU than the policy.)
+//!
 //! The dispatcher's *decisions* live in [`Dispatch`], which reads no clock and touches no disk:
-//! the thread calls it with the current time and executes what it returns. The same struct can
+//! the callers pass it the current time and execute what it returns. The same struct can
 //! therefore be driven with simulated time and simulated completions (crates/sim's
 //! `tests/writer_vs_sim.rs` checks it makes the simulator's dispatch decisions, issue 5).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
-use std::sync::{Arc, Mutex};
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use mariner_disk::{AlignedBuf, Disk};
@@ -29,22 +36,59 @@ use crate::{Appended, Durable, DurableSink, Entry, LogError};
 
 pub(crate) type Reply = oneshot::Sender<Result<Appended, LogError>>;
 
-pub(crate) enum Msg {
-    Append {
-        entry: Entry,
-        seq: Option<u64>,
-        reply: Reply,
-        arrived: Instant,
-    },
-    /// A device finished a write. On success the device thread already acknowledged the
-    /// batch; on failure the batch comes back to be failed.
-    Done {
-        dev: usize,
-        result: std::io::Result<()>,
-        batch: Vec<Pending>,
-    },
-    Release(u64),
-    Shutdown,
+/// The dispatcher's state and the timer thread's alarm clock (see the module docs).
+pub(crate) struct Shared {
+    state: Mutex<Writer>,
+    /// Wakes the timer thread: a deadline earlier than the one it sleeps towards, or shutdown.
+    tick: Condvar,
+}
+
+impl Shared {
+    fn lock(&self) -> Option<MutexGuard<'_, Writer>> {
+        self.state.lock().ok()
+    }
+
+    /// Appends a record; `reply` learns when it is durable. After shutdown the reply is
+    /// dropped, which its receiver reports as the log shut down.
+    pub(crate) fn append(&self, entry: Entry, seq: Option<u64>, reply: Reply, arrived: Instant) {
+        let Some(mut w) = self.lock() else { return };
+        if w.shut {
+            return;
+        }
+        let actions = w.append(entry, seq, reply, arrived);
+        self.execute(&mut w, actions);
+    }
+
+    /// Consumers are durable up to `seq`.
+    pub(crate) fn release(&self, seq: u64) {
+        let Some(mut w) = self.lock() else { return };
+        let actions = w.release(seq);
+        self.execute(&mut w, actions);
+    }
+
+    /// Fails every waiter, refuses later appends and ends the device and timer threads.
+    pub(crate) fn shutdown(&self) {
+        if let Some(mut w) = self.lock() {
+            w.shut = true;
+            w.fail_all("the log is shut down");
+            // The device threads end once their job queues close.
+            w.jobs.clear();
+        }
+        self.tick.notify_all();
+    }
+
+    /// Executes the policy's actions and wakes the timer thread if the policy now has a
+    /// deadline earlier than the one the timer sleeps towards.
+    fn execute(&self, w: &mut Writer, actions: Vec<Action>) {
+        w.execute(actions);
+        let sooner = w
+            .core
+            .next_deadline()
+            .is_some_and(|d| w.timer_sleeps_until.is_some_and(|t| d < t));
+        if sooner {
+            self.tick.notify_one();
+        }
+    }
 }
 
 pub(crate) struct Pending {
@@ -56,9 +100,25 @@ pub(crate) struct Pending {
 }
 
 struct DevJob {
+    /// The device's batches in the order the policy placed them: 0, 1, 2, …
+    ticket: u64,
     buf: AlignedBuf,
     offset: u64,
     batch: Vec<Pending>,
+}
+
+/// Acknowledgement order of one device whose batches may be written in parallel
+/// (`device_depth` > 1): a batch is acknowledged only once every batch placed before it on
+/// the device is durable too. Recovery reads a segment up to its first damaged record, so a
+/// durable batch behind one that never became durable is lost; in order, it was never
+/// acknowledged.
+#[derive(Default)]
+struct AckOrder {
+    next: u64,
+    /// Durable batches waiting for an earlier one, by ticket.
+    waiting: std::collections::BTreeMap<u64, Vec<Pending>>,
+    /// A write failed: nothing of this device is acknowledged any more.
+    failed: bool,
 }
 
 /// What a device thread needs to acknowledge its batches itself, saving a thread hop on the
@@ -69,6 +129,37 @@ struct DeviceCtx {
     sync_each_write: bool,
     sink: Arc<dyn DurableSink>,
     stats: Arc<LogStats>,
+    acks: Mutex<AckOrder>,
+}
+
+impl DeviceCtx {
+    /// Batch `ticket` finished writing. Acknowledges it and every batch it held back, in
+    /// order; returns the batches to fail instead (this one failed, or an earlier one did).
+    fn finish(&self, ticket: u64, ok: bool, batch: Vec<Pending>) -> Vec<Pending> {
+        let Ok(mut order) = self.acks.lock() else {
+            return batch;
+        };
+        if !ok || order.failed {
+            order.failed = true;
+            let mut failed = batch;
+            for (_, b) in std::mem::take(&mut order.waiting) {
+                failed.extend(b);
+            }
+            return failed;
+        }
+        order.waiting.insert(ticket, batch);
+        // Acknowledging under the lock keeps the device's acknowledgements in order when
+        // several of its threads finish at once.
+        loop {
+            let next = order.next;
+            let Some(b) = order.waiting.remove(&next) else {
+                break;
+            };
+            order.next += 1;
+            acknowledge(self, b);
+        }
+        Vec::new()
+    }
 }
 
 /// The dispatcher's clock-free core: the placement policy plus the log's segment bookkeeping.
@@ -197,6 +288,12 @@ pub(crate) struct Writer {
     pending: HashMap<u64, Pending>,
     last_addr: Vec<LogAddr>,
     jobs: Vec<Sender<DevJob>>,
+    /// Per device, the ticket of its next batch.
+    tickets: Vec<u64>,
+    /// The deadline the timer thread sleeps towards (`Nanos::MAX`: none); `None` while it
+    /// is awake, when it looks at the policy's deadline itself before sleeping again.
+    timer_sleeps_until: Option<Nanos>,
+    shut: bool,
 }
 
 /// Starts the device threads and returns the dispatcher state.
@@ -212,37 +309,26 @@ pub(crate) struct WriterParts {
     pub in_use: Vec<VecDeque<(u64, u64)>>,
     pub released: u64,
     pub sync_each_write: bool,
+    /// Threads writing each device's batches (the policy's device depth), at least 1.
+    pub device_depth: u32,
 }
 
 pub(crate) fn spawn(
     parts: WriterParts,
     devices: &[Arc<dyn Disk>],
-    tx: Sender<Msg>,
-    rx: Receiver<Msg>,
-) -> std::io::Result<Vec<std::thread::JoinHandle<()>>> {
-    let mut handles = Vec::new();
+) -> std::io::Result<(Arc<Shared>, Vec<std::thread::JoinHandle<()>>)> {
     let mut jobs = Vec::new();
-    for (dev, disk) in devices.iter().enumerate() {
+    let mut receivers = Vec::new();
+    for _ in devices {
         let (jtx, jrx) = std::sync::mpsc::channel::<DevJob>();
-        let ctx = DeviceCtx {
-            dev,
-            disk: Arc::clone(disk),
-            sync_each_write: parts.sync_each_write,
-            sink: Arc::clone(&parts.sink),
-            stats: Arc::clone(&parts.stats),
-        };
-        let done = tx.clone();
-        let h = std::thread::Builder::new()
-            .name(format!("log-dev{dev}"))
-            .spawn(move || device_loop(&ctx, &jrx, &done))?;
-        handles.push(h);
         jobs.push(jtx);
+        receivers.push(jrx);
     }
     let n = devices.len();
     let w = Writer {
         log_id: parts.log_id,
         core: Dispatch::new(parts.policy, parts.in_use, parts.released),
-        stats: parts.stats,
+        stats: Arc::clone(&parts.stats),
         failed: parts.failed,
         next_seq: parts.next_seq,
         last_ts: parts.last_ts,
@@ -251,16 +337,90 @@ pub(crate) fn spawn(
         pending: HashMap::new(),
         last_addr: vec![LogAddr::NONE; n],
         jobs,
+        tickets: vec![0; n],
+        timer_sleeps_until: None,
+        shut: false,
     };
-    let h = std::thread::Builder::new()
-        .name("log-dispatch".into())
-        .spawn(move || w.run(&rx))?;
-    handles.push(h);
-    Ok(handles)
+    let shared = Arc::new(Shared {
+        state: Mutex::new(w),
+        tick: Condvar::new(),
+    });
+    let mut handles = Vec::new();
+    for (dev, (disk, jrx)) in devices.iter().zip(receivers).enumerate() {
+        let ctx = Arc::new(DeviceCtx {
+            dev,
+            disk: Arc::clone(disk),
+            sync_each_write: parts.sync_each_write,
+            sink: Arc::clone(&parts.sink),
+            stats: Arc::clone(&parts.stats),
+            acks: Mutex::new(AckOrder::default()),
+        });
+        // The device's threads take its jobs in turn from one queue.
+        let jrx = Arc::new(Mutex::new(jrx));
+        for lane in 0..parts.device_depth.max(1) {
+            let (ctx, jrx, sh) = (Arc::clone(&ctx), Arc::clone(&jrx), Arc::clone(&shared));
+            let name = match parts.device_depth {
+                0 | 1 => format!("log-dev{dev}"),
+                _ => format!("log-dev{dev}.{lane}"),
+            };
+            let spawned = std::thread::Builder::new()
+                .name(name)
+                .spawn(move || device_loop(&ctx, &jrx, &sh));
+            match spawned {
+                Ok(h) => handles.push(h),
+                Err(e) => {
+                    shared.shutdown();
+                    return Err(e);
+                }
+            }
+        }
+    }
+    let sh = Arc::clone(&shared);
+    match std::thread::Builder::new()
+        .name("log-timer".into())
+        .spawn(move || timer_loop(&sh))
+    {
+        Ok(h) => handles.push(h),
+        Err(e) => {
+            shared.shutdown();
+            return Err(e);
+        }
+    }
+    Ok((shared, handles))
 }
 
-fn device_loop(ctx: &DeviceCtx, jobs: &Receiver<DevJob>, done: &Sender<Msg>) {
-    while let Ok(job) = jobs.recv() {
+/// Runs the policy's `T_wait` deadlines; sleeps while there are none.
+fn timer_loop(shared: &Shared) {
+    let Some(mut w) = shared.lock() else { return };
+    loop {
+        if w.shut {
+            return;
+        }
+        let now = w.now();
+        let deadline = w.core.next_deadline();
+        if let Some(d) = deadline.filter(|&d| d <= now) {
+            let actions = w.core.poll(d.max(now));
+            w.execute(actions);
+            continue;
+        }
+        let until = deadline.unwrap_or(Nanos::MAX);
+        w.timer_sleeps_until = Some(until);
+        let wait = Duration::from_nanos(until - now);
+        w = match shared.tick.wait_timeout(w, wait) {
+            Ok((g, _)) => g,
+            Err(_) => return,
+        };
+        w.timer_sleeps_until = None;
+    }
+}
+
+fn device_loop(ctx: &DeviceCtx, jobs: &Mutex<Receiver<DevJob>>, shared: &Shared) {
+    loop {
+        // The queue's lock is held while waiting: the device's other threads queue behind it.
+        let job = match jobs.lock().map(|rx| rx.recv()) {
+            Ok(Ok(job)) => job,
+            _ => return,
+        };
         let start = Instant::now();
         let mut result = ctx.disk.write_at(&job.buf, job.offset);
         if result.is_ok() && ctx.sync_each_write {
@@ -269,23 +429,16 @@ fn device_loop(ctx: &DeviceCtx, jobs: &Receiver<DevJob>, done: &Sender<Msg>) {
         ctx.stats
             .device_write_us
             .record(start.elapsed().as_micros() as u64);
-        let batch = match result {
-            Ok(()) => {
-                acknowledge(ctx, job.batch);
-                Vec::new()
-            }
-            Err(_) => job.batch,
+        let failed = ctx.finish(job.ticket, result.is_ok(), job.batch);
+        let result = match (result, failed.is_empty()) {
+            (Ok(()), false) => Err(std::io::Error::other(
+                "an earlier write of the device failed",
+            )),
+            (r, _) => r,
         };
-        if done
-            .send(Msg::Done {
-                dev: ctx.dev,
-                result,
-                batch,
-            })
-            .is_err()
-        {
-            return;
-        }
+        let Some(mut w) = shared.lock() else { return };
+        let actions = w.done(ctx.dev, result, failed);
+        shared.execute(&mut w, actions);
     }
 }
 
@@ -318,45 +471,6 @@ fn acknowledge(ctx: &DeviceCtx, batch: Vec<Pending>) {
 impl Writer {
     fn now(&self) -> u64 {
         u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
-    }
-
-    fn run(mut self, rx: &Receiver<Msg>) {
-        loop {
-            let msg = match self.core.next_deadline() {
-                Some(deadline) => {
-                    let wait = deadline.saturating_sub(self.now());
-                    match rx.recv_timeout(Duration::from_nanos(wait)) {
-                        Ok(m) => Some(m),
-                        Err(RecvTimeoutError::Timeout) => None,
-                        Err(RecvTimeoutError::Disconnected) => return,
-                    }
-                }
-                None => match rx.recv() {
-                    Ok(m) => Some(m),
-                    Err(_) => return,
-                },
-            };
-            let actions = match msg {
-                None => self.core.poll(self.now()),
-                Some(Msg::Shutdown) => return self.fail_all("the log is shut down"),
-                Some(m) => self.handle(m),
-            };
-            self.execute(actions);
-        }
-    }
-
-    fn handle(&mut self, msg: Msg) -> Vec<Action> {
-        match msg {
-            Msg::Append {
-                entry,
-                seq,
-                reply,
-                arrived,
-            } => self.append(entry, seq, reply, arrived),
-            Msg::Done { dev, result, batch } => self.done(dev, result, batch),
-            Msg::Release(seq) => self.release(seq),
-            Msg::Shutdown => Vec::new(),
-        }
     }
 
     fn failed(&self) -> Option<String> {
@@ -474,7 +588,10 @@ impl Writer {
         self.stats.batches.fetch_add(1, Relaxed);
         self.stats.batch_records.record(batch.len() as u64);
         self.stats.bytes_written.fetch_add(w.padded_bytes, Relaxed);
+        let ticket = self.tickets[w.dev];
+        self.tickets[w.dev] += 1;
         let job = DevJob {
+            ticket,
             buf,
             offset: w.offset,
             batch,

@@ -76,6 +76,9 @@ pub struct LogSection {
     pub dispatch_on_idle: bool,
     /// Open log devices with O_DIRECT|O_DSYNC instead of buffered write + fdatasync.
     pub direct_io: bool,
+    /// Batches each log device may have in flight at once (1: the paper's single-head disk;
+    /// solid-state and virtual disks write several in parallel at about the latency of one).
+    pub device_depth: u32,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -185,6 +188,7 @@ impl Default for LogSection {
             t_switch: 0.0,
             dispatch_on_idle: true,
             direct_io: false,
+            device_depth: 1,
         }
     }
 }
@@ -235,6 +239,9 @@ impl Config {
         }
         if !self.log.t_switch.is_finite() || self.log.t_switch < 0.0 {
             return bad("log.t_switch: a number >= 0 (0 disables early switching)");
+        }
+        if !(1..=16).contains(&self.log.device_depth) {
+            return bad("log.device_depth: between 1 and 16");
         }
         if !self.volume.block_size.is_power_of_two()
             || !(512..=4096).contains(&self.volume.block_size)

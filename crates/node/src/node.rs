@@ -566,6 +566,7 @@ fn log_config(cfg: &Config) -> LogConfig {
         },
         dispatch_on_idle: l.dispatch_on_idle,
         sync_each_write: !l.direct_io || cfg.test.volatile,
+        device_depth: l.device_depth,
         model: LinearModel::default(),
     }
 }

@@ -26,6 +26,12 @@ pub struct PolicyConfig {
     /// left arm: many tiny batches queueing at `T_wait = 0`). `false`, the product's choice,
     /// keeps the batch gathering until a device frees (docs/ARCHITECTURE.md "Decisions").
     pub queue_when_busy: bool,
+    /// Writes a device may have in flight at once. The paper's disk has one head: 1. Solid
+    /// state and virtual disks serve several writes in parallel at about the latency of one;
+    /// with more than 1 a device takes the next batch while earlier ones are still being
+    /// written (the log then acknowledges each device's batches in the order they were
+    /// placed, crates/log's writer). A device counts as idle while it has a free slot.
+    pub device_depth: u32,
     /// Every batch starts on a multiple of this many bytes (the device sector or O_DIRECT unit).
     pub align_bytes: u64,
     /// Size of a segment (the paper's track).
@@ -71,7 +77,8 @@ pub struct Write {
 /// What the caller must do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action {
-    /// Start this write now; the device is idle. Report its end with [`Policy::completed`].
+    /// Start this write now; the device has a free slot. Report its end with
+    /// [`Policy::completed`].
     Write(Write),
     /// Device `dev` moved to `segment` with `generation` (for the log's bookkeeping and for a
     /// simulated disk, which charges a seek).
@@ -117,15 +124,23 @@ struct Device {
     /// ServiceReqNum of eq. 2: physical writes into the current segment.
     writes: u32,
     free_segments: u64,
-    busy: bool,
+    /// Writes handed out and not completed.
+    inflight: u32,
+    /// [`PolicyConfig::device_depth`], at least 1.
+    depth: u32,
     queue: VecDeque<Write>,
     /// Predicted time the device has finished everything handed to it.
     avail_at: Nanos,
 }
 
 impl Device {
+    /// Every slot taken: a batch sealed for it now waits in its queue.
+    fn busy(&self) -> bool {
+        self.inflight >= self.depth
+    }
+    /// A batch sealed for it now starts at once.
     fn idle(&self) -> bool {
-        !self.busy && self.queue.is_empty()
+        !self.busy() && self.queue.is_empty()
     }
     fn room(&self, cfg: &PolicyConfig) -> u64 {
         cfg.segment_bytes - self.used
@@ -189,7 +204,8 @@ impl<M: DeviceModel> Policy<M> {
                 used: cfg.segment_bytes,
                 writes: 0,
                 free_segments: s.free_segments,
-                busy: false,
+                inflight: 0,
+                depth: cfg.device_depth.max(1),
                 queue: VecDeque::new(),
                 avail_at: 0,
             })
@@ -267,7 +283,7 @@ impl<M: DeviceModel> Policy<M> {
             .devices
             .get_mut(dev)
             .ok_or(PolicyError::NoSuchDevice(dev))?;
-        d.busy = false;
+        d.inflight = d.inflight.saturating_sub(1);
         self.model.on_complete(dev, now);
         if let Some(w) = self.devices[dev].queue.pop_front() {
             self.start(w, now, &mut out);
@@ -411,7 +427,7 @@ impl<M: DeviceModel> Policy<M> {
     /// Closes the gathering batch: reserves its space and starts or queues it.
     fn seal(&mut self, now: Nanos, out: &mut Vec<Action>) {
         let Some(g) = self.gather.take() else { return };
-        if self.cfg.queue_when_busy && self.devices[g.dev].busy {
+        if self.cfg.queue_when_busy && self.devices[g.dev].busy() {
             // The paper's eq. (2) check runs per dispatch; with batches queueing behind busy
             // disks the after-completion check would almost never see an empty queue.
             self.maybe_switch_track(g.dev, now, out);
@@ -431,7 +447,7 @@ impl<M: DeviceModel> Policy<M> {
         };
         let start = if d.idle() { now } else { d.avail_at.max(now) };
         d.avail_at = self.model.completion_time(g.dev, offset, padded, start);
-        if self.devices[g.dev].busy {
+        if self.devices[g.dev].busy() {
             self.devices[g.dev].queue.push_back(w);
         } else {
             self.start(w, now, out);
@@ -439,7 +455,7 @@ impl<M: DeviceModel> Policy<M> {
     }
 
     fn start(&mut self, w: Write, now: Nanos, out: &mut Vec<Action>) {
-        self.devices[w.dev].busy = true;
+        self.devices[w.dev].inflight += 1;
         self.model.on_dispatch(w.dev, w.offset, w.padded_bytes, now);
         out.push(Action::Write(w));
     }

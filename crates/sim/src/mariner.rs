@@ -150,6 +150,7 @@ pub fn policy(run: &ArrayRun, seed: u64) -> Policy<LogDisks> {
         t_switch: run.t_switch,
         dispatch_on_idle: false,
         queue_when_busy: run.queue_when_busy,
+        device_depth: 1,
         align_bytes: 512,
         segment_bytes: model.segment_bytes(),
         segment_count: segments,

@@ -10,6 +10,7 @@ fn cfg(t_wait_ns: u64) -> PolicyConfig {
         t_switch: f64::INFINITY,
         dispatch_on_idle: false,
         queue_when_busy: false,
+        device_depth: 1,
         align_bytes: 512,
         segment_bytes: 64 * 1024,
         segment_count: 8,
