@@ -90,6 +90,10 @@ pub struct StoreSection {
     pub sync_size: ByteSize,
     /// Write payloads kept in memory for the applier (beyond: read back from the log).
     pub payload_budget: ByteSize,
+    /// Write-back: apply to the images once the writers have paused this long (0: at once).
+    pub apply_idle_ms: u64,
+    /// ... or once a record has waited this long (the log being half full also starts it).
+    pub apply_max_delay_ms: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -199,6 +203,8 @@ impl Default for StoreSection {
             sync_interval_ms: 500,
             sync_size: ByteSize::mib(64),
             payload_budget: ByteSize::mib(64),
+            apply_idle_ms: 20,
+            apply_max_delay_ms: 30_000,
         }
     }
 }

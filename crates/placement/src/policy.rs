@@ -324,9 +324,15 @@ impl<M: DeviceModel> Policy<M> {
     }
 
     /// When [`Policy::poll`] must next be called: the `T_wait` deadline of the gathering
-    /// batch, unless it already passed and the batch waits for a device to complete.
+    /// batch, unless it already passed and the batch waits for a device to complete — or,
+    /// with `dispatch_on_idle`, while every device is busy: the batch then leaves when one
+    /// completes whatever the time, so a deadline could only note that it passed (and would
+    /// wake the log's timer thread once per batch for nothing).
     pub fn next_deadline(&self) -> Option<Nanos> {
         let g = self.gather.as_ref().filter(|g| !g.waiting_for_device)?;
+        if self.cfg.dispatch_on_idle && self.devices.iter().all(|d| !d.idle()) {
+            return None;
+        }
         Some(g.oldest.saturating_add(self.cfg.t_wait_ns))
     }
 

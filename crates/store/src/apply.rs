@@ -54,8 +54,10 @@ impl Store {
         }
     }
 
-    /// Waits up to `wait` for the record `next` and returns it with its contiguous successors.
+    /// Waits up to `wait` for the record `next` and for the moment to apply it (see
+    /// [`Store::defer`]) and returns it with its contiguous successors.
     fn take_ready(&self, next: u64, wait: Duration) -> (Vec<Item>, bool) {
+        let until = Instant::now() + wait;
         let Ok(mut q) = self.queue.lock() else {
             return (Vec::new(), true);
         };
@@ -65,7 +67,22 @@ impl Store {
                     && q.items.first_key_value().is_some_and(|(k, _)| *k == next))
         };
         if !ready(&q) {
-            q = match self.wake.wait_timeout_while(q, wait, |q| !ready(q)) {
+            q.applier_waiting = true;
+            let r = self.wake.wait_timeout_while(q, wait, |q| !ready(q));
+            q = match r {
+                Ok((q, _)) => q,
+                Err(_) => return (Vec::new(), true),
+            };
+            q.applier_waiting = false;
+        }
+        // Write-back: let the writers' burst pass first. New records do not wake this wait.
+        while ready(&q) {
+            let Some(nap) = self.defer(&q) else { break };
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return (Vec::new(), q.shutdown);
+            }
+            q = match self.wake.wait_timeout(q, nap.min(left)) {
                 Ok((q, _)) => q,
                 Err(_) => return (Vec::new(), true),
             };
@@ -144,6 +161,26 @@ impl Store {
             self.stats.overlay_extents.store(o.len() as u64, Relaxed);
         }
         Ok(())
+    }
+
+    /// How much longer to leave the queued records in the log, or `None` to apply now: at
+    /// shutdown, under log pressure, once the writers have paused for `apply_idle_ms`, or once
+    /// the oldest record has waited `apply_max_delay_ms`.
+    fn defer(&self, q: &crate::Queue) -> Option<Duration> {
+        let idle = Duration::from_millis(self.cfg.apply_idle_ms);
+        if idle.is_zero() || q.shutdown || self.log_pressure() {
+            return None;
+        }
+        let quiet = q.last_accept.map_or(idle, |t| t.elapsed());
+        let max_delay = Duration::from_millis(self.cfg.apply_max_delay_ms);
+        let waited = q
+            .items
+            .first_key_value()
+            .map_or(max_delay, |(_, item)| item.accepted.elapsed());
+        let nap = idle
+            .saturating_sub(quiet)
+            .min(max_delay.saturating_sub(waited));
+        (!nap.is_zero()).then_some(nap)
     }
 
     fn log_pressure(&self) -> bool {

@@ -5,6 +5,11 @@
 //! - Writes reach the store as durable log records through [`mariner_log::DurableSink`]. Each is
 //!   first mapped in the volume's overlay ([`extents::ExtentMap`]) so reads see it at once, then
 //!   applied to the image by the applier thread in sequence order, then unmapped.
+//! - The applier is write-back, like the kernel's dirty-page flusher: while writers are busy it
+//!   leaves records in the log (durable there, visible through the overlay) and applies them
+//!   once the writers pause for `apply_idle_ms`, when the log is half full or stalls, when a
+//!   record has waited `apply_max_delay_ms`, or at shutdown. A burst then costs the write path
+//!   the log write alone (trail-paper.md §2.1: the data disk is updated in the background).
 //! - Every so often the applier syncs the images and persists its watermark
 //!   ([`progress::Progress`]); only then does it let the log reuse the space (`Log::release`).
 //! - Memory: the overlay and the apply queue hold at most one entry per record still in the log,
@@ -24,6 +29,7 @@ use std::io;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Condvar, Mutex, OnceLock, RwLock};
+use std::time::Instant;
 
 use bytes::Bytes;
 use mariner_disk::{Disk, Extent};
@@ -68,6 +74,10 @@ pub struct StoreConfig {
     pub sync_bytes: u64,
     /// Payload bytes kept in memory for the applier.
     pub payload_budget_bytes: u64,
+    /// Apply once the writers have paused this long (0: apply at once, never defer).
+    pub apply_idle_ms: u64,
+    /// ... or once the oldest unapplied record has waited this long.
+    pub apply_max_delay_ms: u64,
 }
 
 /// What the store reports.
@@ -94,12 +104,18 @@ struct Item {
     header: RecordHeader,
     addr: LogAddr,
     payload: Option<Bytes>,
+    accepted: Instant,
 }
 
 #[derive(Default)]
 struct Queue {
     items: BTreeMap<u64, Item>,
     shutdown: bool,
+    /// When the last durable record arrived.
+    last_accept: Option<Instant>,
+    /// The applier waits for a record to arrive (not for the writers to pause): new records
+    /// must wake it.
+    applier_waiting: bool,
 }
 
 /// The store. Create it, open the log with it as the sink, then [`Store::start`] it.
@@ -230,6 +246,7 @@ impl Store {
 
     fn accept(&self, records: &[Durable], keep_payload: bool) {
         let mut items = Vec::with_capacity(records.len());
+        let now = Instant::now();
         for d in records {
             self.map_overlay(d);
             let keep = keep_payload && self.reserve_payload(d.payload.len() as u64);
@@ -240,10 +257,14 @@ impl Store {
                     header: d.header,
                     addr: d.addr,
                     payload,
+                    accepted: now,
                 },
             ));
         }
+        let mut wake = true;
         if let Ok(mut q) = self.queue.lock() {
+            q.last_accept = Some(now);
+            wake = q.applier_waiting || q.shutdown;
             for (seq, item) in items {
                 q.items.insert(seq, item);
             }
@@ -251,7 +272,9 @@ impl Store {
                 .queued_records
                 .store(q.items.len() as u64, Relaxed);
         }
-        self.wake.notify_all();
+        if wake {
+            self.wake.notify_all();
+        }
     }
 
     /// Takes `len` bytes of the payload budget, atomically: several log devices hand records

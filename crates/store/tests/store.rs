@@ -30,6 +30,9 @@ fn store_cfg(dir: &Path) -> StoreConfig {
         sync_interval_ms: 3,
         sync_bytes: 64 * 1024,
         payload_budget_bytes: 16 * 1024,
+        // Short, so the crash rounds run through deferred and prompt applies alike.
+        apply_idle_ms: 2,
+        apply_max_delay_ms: 50,
     }
 }
 
@@ -39,8 +42,18 @@ struct Node {
 }
 
 fn open(dir: &Path, logs: &[Arc<dyn Disk>], image: Arc<dyn Disk>, paused: bool) -> Node {
+    open_with(dir, logs, image, paused, store_cfg(dir))
+}
+
+fn open_with(
+    dir: &Path,
+    logs: &[Arc<dyn Disk>],
+    image: Arc<dyn Disk>,
+    paused: bool,
+    cfg: StoreConfig,
+) -> Node {
     let progress = Progress::load(&dir.join("store.progress")).unwrap();
-    let store = Store::new(store_cfg(dir), progress);
+    let store = Store::new(cfg, progress);
     store.add_volume(VOL, image, SIZE);
     let sink: Arc<dyn mariner_log::DurableSink> = store.clone();
     let (log, rec) = Log::open(
@@ -142,6 +155,77 @@ fn reads_see_unapplied_writes_and_then_the_image() {
         "read after apply"
     );
     assert!(n.store.read(VOL, SIZE - 512, 1024).is_err(), "out of range");
+    n.store.shutdown();
+    n.log.shutdown();
+}
+
+fn applied(n: &Node) -> u64 {
+    n.store
+        .stats()
+        .applied_records
+        .load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Write-back: records stay in the log while the writers keep writing (reads see them through
+/// the overlay) and are applied once the writers pause.
+#[test]
+fn the_applier_waits_for_the_writers_to_pause() {
+    let dir = tempfile::tempdir().unwrap();
+    let logs: Vec<Arc<dyn Disk>> = vec![Arc::new(MemDisk::new(1 << 20))];
+    Log::format(&logs, &log_cfg(), LOG_ID).unwrap();
+    let image: Arc<dyn Disk> = Arc::new(MemDisk::new(SIZE as usize));
+    let cfg = StoreConfig {
+        apply_idle_ms: 1000,
+        apply_max_delay_ms: 60_000,
+        ..store_cfg(dir.path())
+    };
+    let n = open_with(dir.path(), &logs, image.clone(), false, cfg);
+    for i in 0..40u64 {
+        assert!(write(&n, i * 512, vec![i as u8 + 1; 512]));
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(applied(&n), 0, "applied while the writers were busy");
+    assert_eq!(n.store.read(VOL, 39 * 512, 512).unwrap(), vec![40; 512]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while applied(&n) < 40 {
+        assert!(
+            Instant::now() < deadline,
+            "not applied after the writers paused"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut raw = vec![0u8; 512];
+    image.read_at(&mut raw, 39 * 512).unwrap();
+    assert_eq!(raw, vec![40; 512]);
+    n.store.shutdown();
+    n.log.shutdown();
+}
+
+/// ... but a record never waits longer than `apply_max_delay_ms`, however busy the writers.
+#[test]
+fn a_record_waits_at_most_the_maximum_delay() {
+    let dir = tempfile::tempdir().unwrap();
+    let logs: Vec<Arc<dyn Disk>> = vec![Arc::new(MemDisk::new(1 << 20))];
+    Log::format(&logs, &log_cfg(), LOG_ID).unwrap();
+    let image: Arc<dyn Disk> = Arc::new(MemDisk::new(SIZE as usize));
+    let cfg = StoreConfig {
+        apply_idle_ms: 60_000,
+        apply_max_delay_ms: 100,
+        ..store_cfg(dir.path())
+    };
+    let n = open_with(dir.path(), &logs, image, false, cfg);
+    let start = Instant::now();
+    let mut i = 0u64;
+    while applied(&n) == 0 {
+        assert!(start.elapsed() < Duration::from_secs(10), "never applied");
+        assert!(write(&n, (i % 64) * 512, vec![1; 512]));
+        i += 1;
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(
+        start.elapsed() >= Duration::from_millis(100),
+        "applied before the delay"
+    );
     n.store.shutdown();
     n.log.shutdown();
 }
