@@ -346,7 +346,7 @@ impl Session {
         self.pending.contains_key(&itt) || self.running.contains_key(&itt)
     }
 
-    fn scsi_command(&mut self, req: Pdu) -> Vec<Pdu> {
+    fn scsi_command(&mut self, mut req: Pdu) -> Vec<Pdu> {
         if self.lun().is_none() || self.busy(req.itt()) {
             return vec![self.reject(&req, if self.busy(req.itt()) { 0x09 } else { 0x05 })];
         }
@@ -368,12 +368,17 @@ impl Session {
         if req.data.len() > edtl as usize || (!req.data.is_empty() && !self.params.immediate_data) {
             return vec![self.reject(&req, 0x09)];
         }
+        // The immediate data becomes the start of the data-out buffer (all of it, for a small
+        // write): moved, not copied.
+        let received = req.data.len() as u32;
+        let mut data = std::mem::take(&mut req.data);
+        data.resize(edtl as usize, 0);
         let mut task = PendingWrite {
             lun: req.lun(),
             cdb,
             edtl,
-            data: vec![0u8; edtl as usize],
-            received: req.data.len() as u32,
+            data,
+            received,
             ttt: RESERVED_TAG,
             r2t_sn: 0,
             r2t_end: None,
@@ -381,7 +386,6 @@ impl Session {
             epoch: self.lun().map_or(0, |lun| lun.unit().epoch()),
             broken: false,
         };
-        task.data[..req.data.len()].copy_from_slice(&req.data);
         // Unsolicited Data-Out may follow up to FirstBurstLength unless InitialR2T=Yes.
         let unsolicited_end = if self.params.initial_r2t || !req.is_final() {
             if self.params.initial_r2t {

@@ -55,7 +55,7 @@ impl Completion {
 }
 
 /// Runs `cmd` for the initiator port `nexus`.
-pub(crate) async fn run(lun: Arc<Lun>, nexus: Arc<Nexus>, cmd: Command) -> Completion {
+pub(crate) async fn run(lun: Arc<Lun>, nexus: Arc<Nexus>, mut cmd: Command) -> Completion {
     if cmd.lun_id != 0 {
         let sense = Sense::new(SenseKey::IllegalRequest, Asc::LOGICAL_UNIT_NOT_SUPPORTED);
         return Completion::check(&cmd, sense, 0, 0);
@@ -78,8 +78,10 @@ pub(crate) async fn run(lun: Arc<Lun>, nexus: Arc<Nexus>, cmd: Command) -> Compl
     if expected_out > edtl {
         return run_overflow(&lun, &nexus, &cmd, parsed, (expected_out - edtl) as u32).await;
     }
-    let resp = lun.execute_as(&nexus, &cmd.cdb, &cmd.data).await;
-    let produced = if cmd.write || !cmd.data.is_empty() {
+    let carried_data = !cmd.data.is_empty();
+    let data_out = bytes::Bytes::from(std::mem::take(&mut cmd.data));
+    let resp = lun.execute_owned(&nexus, &cmd.cdb, data_out).await;
+    let produced = if cmd.write || carried_data {
         expected_out
     } else {
         resp.data.len() as u64

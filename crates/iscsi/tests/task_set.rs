@@ -41,7 +41,7 @@ impl BlockBackend for Gated {
         }
         self.inner.read(lba, blocks).await
     }
-    async fn write(&self, lba: u64, data: &[u8]) -> Result<(), BackendError> {
+    async fn write(&self, lba: u64, data: bytes::Bytes) -> Result<(), BackendError> {
         self.inner.write(lba, data).await
     }
     async fn flush(&self) -> Result<(), BackendError> {

@@ -149,11 +149,9 @@ impl BlockBackend for Volume {
             .map_err(read_error)
     }
 
-    async fn write(&self, lba: u64, data: &[u8]) -> Result<(), BackendError> {
+    async fn write(&self, lba: u64, data: Bytes) -> Result<(), BackendError> {
         let bs = u64::from(self.meta().block_size);
-        self.write_bytes(lba * bs, Bytes::copy_from_slice(data))
-            .await
-            .map_err(write_error)
+        self.write_bytes(lba * bs, data).await.map_err(write_error)
     }
 
     async fn flush(&self) -> Result<(), BackendError> {

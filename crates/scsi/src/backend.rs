@@ -5,6 +5,7 @@
 //! whole blocks. Every method may run concurrently with the others.
 
 use async_trait::async_trait;
+use bytes::Bytes;
 
 /// What the executor needs to know about a logical unit.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -90,8 +91,9 @@ pub trait BlockBackend: Send + Sync {
     fn geometry(&self) -> Geometry;
     /// Reads `blocks` blocks starting at `lba`.
     async fn read(&self, lba: u64, blocks: u32) -> Result<Vec<u8>, BackendError>;
-    /// Writes whole blocks at `lba`; the data is durable when this returns.
-    async fn write(&self, lba: u64, data: &[u8]) -> Result<(), BackendError>;
+    /// Writes whole blocks at `lba`; the data is durable when this returns. The buffer is
+    /// handed over (usually a slice of the transport's data-out buffer, never copied).
+    async fn write(&self, lba: u64, data: Bytes) -> Result<(), BackendError>;
     /// Makes every completed write durable (a no-op when writes are durable on return).
     async fn flush(&self) -> Result<(), BackendError>;
     /// Deallocates `blocks` blocks at `lba`; they read as zeros afterwards. Durable on return.

@@ -7,6 +7,8 @@
 
 use std::sync::Arc;
 
+use bytes::Bytes;
+
 use crate::backend::{BackendError, BlockBackend, CompareOutcome, Geometry, Provisioning};
 use crate::cdb::{Cdb, Range};
 use crate::nexus::Nexus;
@@ -243,18 +245,26 @@ impl Lun {
             Ok(_) => return Response::check(Sense::invalid_field_in_cdb(0)),
             Err(sense) => return Response::check(sense),
         };
-        respond(self.run(&g, nexus, parsed, data_out).await)
+        let data_out = Bytes::copy_from_slice(data_out);
+        respond(self.run(&g, nexus, parsed, &data_out).await)
     }
 
     /// Executes one command from the initiator port `nexus`. `data_out` holds the data-out
     /// buffer (at least what the CDB needs, see [`data_out_len`]; extra bytes are ignored).
     pub async fn execute_as(&self, nexus: &Nexus, cdb: &[u8], data_out: &[u8]) -> Response {
+        self.execute_owned(nexus, cdb, Bytes::copy_from_slice(data_out))
+            .await
+    }
+
+    /// [`Lun::execute_as`] taking the data-out buffer over: a write hands (a slice of) it to
+    /// the backend without copying.
+    pub async fn execute_owned(&self, nexus: &Nexus, cdb: &[u8], data_out: Bytes) -> Response {
         if let Some(attention) = self.unit_attention(nexus, cdb) {
             return attention;
         }
         let geometry = self.backend.geometry();
         match Cdb::parse(cdb) {
-            Ok(parsed) => respond(self.run(&geometry, nexus, parsed, data_out).await),
+            Ok(parsed) => respond(self.run(&geometry, nexus, parsed, &data_out).await),
             Err(sense) => Response::check(sense),
         }
     }
@@ -270,7 +280,7 @@ impl Lun {
         g: &Geometry,
         nexus: &Nexus,
         cdb: Cdb,
-        data_out: &[u8],
+        data_out: &Bytes,
     ) -> Result<Vec<u8>, Refusal> {
         self.reservations.check(nexus, Access::of(&cdb))?;
         let pr = &self.reservations;
@@ -320,7 +330,7 @@ impl Lun {
         }
     }
 
-    async fn run_medium(&self, g: &Geometry, cdb: Cdb, data_out: &[u8]) -> Outcome {
+    async fn run_medium(&self, g: &Geometry, cdb: Cdb, data_out: &Bytes) -> Outcome {
         match cdb {
             Cdb::TestUnitReady | Cdb::PreventAllow { .. } => Ok(Vec::new()),
             Cdb::StartStopUnit { .. } => Ok(Vec::new()),
@@ -394,10 +404,10 @@ impl Lun {
             .map_err(backend_sense)
     }
 
-    async fn write(&self, g: &Geometry, range: Range, data_out: &[u8]) -> Outcome {
+    async fn write(&self, g: &Geometry, range: Range, data_out: &Bytes) -> Outcome {
         if let Some(data) = write_data(g, range, data_out)? {
             self.backend
-                .write(range.lba, data)
+                .write(range.lba, data_out.slice_ref(data))
                 .await
                 .map_err(backend_sense)?;
         }
@@ -463,7 +473,7 @@ impl Lun {
             let n = (end - lba).min(u64::from(chunk_blocks.max(1)));
             let data = block.repeat(n as usize);
             self.backend
-                .write(lba, &data)
+                .write(lba, Bytes::from(data))
                 .await
                 .map_err(backend_sense)?;
             lba += n;
@@ -490,7 +500,7 @@ impl Lun {
         g: &Geometry,
         range: Range,
         boundary: u16,
-        data_out: &[u8],
+        data_out: &Bytes,
     ) -> Outcome {
         if g.max_atomic_blocks == 0 {
             return Err(Sense::invalid_opcode());

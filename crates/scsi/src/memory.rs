@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::RwLock;
 
 use async_trait::async_trait;
+use bytes::Bytes;
 
 use crate::backend::{BackendError, BlockBackend, CompareOutcome, Geometry, Provisioning};
 
@@ -94,12 +95,12 @@ impl BlockBackend for MemoryBackend {
         Ok(self.read_locked(&map, lba, u64::from(blocks)))
     }
 
-    async fn write(&self, lba: u64, data: &[u8]) -> Result<(), BackendError> {
+    async fn write(&self, lba: u64, data: Bytes) -> Result<(), BackendError> {
         if self.geometry.read_only {
             return Err(BackendError::ReadOnly);
         }
         let mut map = self.blocks.write().map_err(|_| poisoned())?;
-        self.write_locked(&mut map, lba, data);
+        self.write_locked(&mut map, lba, &data);
         Ok(())
     }
 
@@ -137,7 +138,7 @@ impl BlockBackend for MemoryBackend {
                 offset: offset as u64,
             });
         }
-        self.write_locked(&mut map, lba, data);
+        self.write_locked(&mut map, lba, &data);
         Ok(CompareOutcome::Written)
     }
 
@@ -180,7 +181,7 @@ mod tests {
     async fn thin_provisioning() {
         let m = MemoryBackend::new("s", 512, 16);
         assert_eq!(m.read(0, 2).await.unwrap(), vec![0; 1024]);
-        m.write(2, &[7u8; 1024]).await.unwrap();
+        m.write(2, Bytes::from_static(&[7u8; 1024])).await.unwrap();
         assert_eq!(
             m.lba_status(0).await.unwrap(),
             (Provisioning::Deallocated, 2)
@@ -209,7 +210,7 @@ mod tests {
     #[tokio::test]
     async fn or_write_merges_bits() {
         let m = MemoryBackend::new("s", 512, 4);
-        m.write(1, &[0x0f; 512]).await.unwrap();
+        m.write(1, Bytes::from_static(&[0x0f; 512])).await.unwrap();
         m.or_write(1, &[0x30; 1024]).await.unwrap();
         assert_eq!(m.read(1, 1).await.unwrap(), vec![0x3f; 512]);
         assert_eq!(m.read(2, 1).await.unwrap(), vec![0x30; 512]);

@@ -621,7 +621,7 @@ async fn copy_segment(
             return Err(aborted(Asc::UNRECOVERED_READ_ERROR, s.at));
         }
         backend
-            .write(s.dst_lba + offset, &data)
+            .write(s.dst_lba + offset, bytes::Bytes::from(data))
             .await
             .map_err(|e| copy_failure(e, s.at))?;
         done += len;

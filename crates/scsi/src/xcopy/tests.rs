@@ -72,7 +72,7 @@ fn fill(b: &MemoryBackend) {
     let data: Vec<u8> = (0..BLOCKS)
         .flat_map(|i| vec![i as u8; BS as usize])
         .collect();
-    block_on(b.write(0, &data)).unwrap();
+    block_on(b.write(0, bytes::Bytes::from(data.clone()))).unwrap();
 }
 
 fn block(b: &MemoryBackend, lba: u64) -> u8 {
@@ -740,7 +740,7 @@ proptest! {
     ) {
         let b = MemoryBackend::new("M", BS, 64);
         let data: Vec<u8> = (0..64u64).flat_map(|i| vec![i as u8; BS as usize]).collect();
-        block_on(b.write(0, &data)).unwrap();
+        block_on(b.write(0, bytes::Bytes::from(data.clone()))).unwrap();
         let mut g = b.geometry();
         g.max_transfer_blocks = max_transfer;
         let descriptors: Vec<[u8; 28]> = segments
