@@ -138,7 +138,7 @@ impl BlockBackend for MemoryBackend {
                 offset: offset as u64,
             });
         }
-        self.write_locked(&mut map, lba, &data);
+        self.write_locked(&mut map, lba, data);
         Ok(CompareOutcome::Written)
     }
 
