@@ -38,13 +38,32 @@ bench() {
     sed -n 's/^Run completed in \([0-9.]*\) seconds.*/\1/p'
 }
 
-# measure PEER URL: one round of the three workloads; results as "iops latency_us".
+# cpu_ticks PID: user + system clock ticks the server process used so far (all threads).
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# settle PID: waits (up to 20 s) until the server stops using CPU — Mariner's applier writes
+# back what the log absorbed once the writers pause, and that work belongs to the writes.
+settle() {
+  local a b
+  a=$(cpu_ticks "$1")
+  for _ in $(seq 1 100); do
+    sleep 0.2; b=$(cpu_ticks "$1")
+    [ "$b" -le $((a + 1)) ] && return 0
+    a=$b
+  done
+}
+
+# measure PEER URL PID: one round of the three workloads; results as "iops latency_us", and for
+# depth-32 writes also the server's CPU time per write (µs, write-back included).
 measure() {
-  local peer=$1 url=$2 secs
+  local peer=$1 url=$2 pid=$3 secs c0 c1 hz
+  hz=$(getconf CLK_TCK)
   secs=$(bench "$url" "$W1" 1 -w --pattern=0x5a)
   res["$peer:write:1"]+="$(python3 -c "print('%.0f %.1f' % ($W1/$secs, $secs/$W1*1e6))");"
+  settle "$pid"; c0=$(cpu_ticks "$pid")
   secs=$(bench "$url" "$W32" 32 -w --pattern=0xa5)
+  settle "$pid"; c1=$(cpu_ticks "$pid")
   res["$peer:write:32"]+="$(python3 -c "print('%.0f %.1f' % ($W32/$secs, $secs/$W32*32e6))");"
+  res["$peer:cpu:32"]+="$(python3 -c "print('%.1f' % (($c1-$c0)/$hz/$W32*1e6))");"
   # Prefill the whole image so reads find data everywhere (1 MiB sequential writes).
   qemu-img bench -f raw -c $((SIZE >> 20)) -d 8 -s 1M -w --pattern=0x33 "$url" >/dev/null 2>&1
   secs=$(bench "$url" "$R32" 32)
@@ -80,14 +99,14 @@ for r in $(seq 1 "$ROUNDS"); do
     start_mariner "$SCRATCH/m" --iscsi-listen 127.0.0.1:0 --default-volume-size 1GiB
     if [ $peer = mariner-iscsi ]; then
       portal=$(python3 -c "import json,sys;print(json.load(open(sys.argv[1]))['iscsi'][0])" "$SCRATCH/m/data/ports.json")
-      measure $peer "iscsi://$portal/iqn.2026-11.dev.mariner:vol0/0"
+      measure $peer "iscsi://$portal/iqn.2026-11.dev.mariner:vol0/0" "$MPID"
     else
-      measure $peer "$MURL"
+      measure $peer "$MURL" "$MPID"
     fi
     stop_mariner; MPID=""
   done
   tgt_start
-  measure tgtd "iscsi://127.0.0.1:$TGT_PORT/$TGT_IQN/1"
+  measure tgtd "iscsi://127.0.0.1:$TGT_PORT/$TGT_IQN/1" "$TPID"
   tgt_stop
 done
 
@@ -100,5 +119,8 @@ for w in write:1 write:32 read:32; do
     ratio=$(python3 -c "print('%.2f' % ($mi/$i if $i else 0))")
     printf '%-12s %-14s %10s %12s   iscsi/%s = %s\n' "${w/:/ qd}" $p "$i" "$l" $p "$ratio"
   done
+done
+for p in mariner-iscsi mariner-nbd tgtd; do
+  printf 'server CPU per depth-32 write (write-back included): %-14s %6s µs\n' $p "$(med "$p:cpu:32" 1)"
 done
 echo "rounds=$ROUNDS counts: write qd1 $W1, write qd32 $W32, read qd32 $R32 (4 KiB, step $STEP B, 1 GiB image)"

@@ -250,7 +250,11 @@ fn serve_config(a: &ServeArgs) -> Result<Config, String> {
 
 fn serve(a: ServeArgs) -> Result<ExitCode, String> {
     let cfg = serve_config(&a)?;
-    let rt = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(cfg.worker_threads())
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
     let node = Node::open(cfg).map_err(|e| e.to_string())?;
     let (_stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     rt.block_on(mariner_node::serve::run(node, stop_rx))

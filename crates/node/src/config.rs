@@ -16,6 +16,10 @@ use crate::NodeError;
 pub struct Config {
     /// The data directory (created if absent).
     pub data: PathBuf,
+    /// Threads serving NBD and iSCSI connections. Unset: one per CPU but one, at least one —
+    /// the log's device threads and the applier need the remaining core, and on two cores a
+    /// second connection thread costs more in cross-thread wakeups than it adds.
+    pub worker_threads: Option<usize>,
     pub nbd: NbdConfig,
     pub iscsi: IscsiConfig,
     pub log: LogSection,
@@ -119,10 +123,23 @@ pub struct TestSection {
     pub fail_log_after: Option<u64>,
 }
 
+impl Config {
+    /// [`Config::worker_threads`], or its default for this machine.
+    pub fn worker_threads(&self) -> usize {
+        self.worker_threads.unwrap_or_else(|| {
+            std::thread::available_parallelism()
+                .map_or(1, |n| n.get())
+                .saturating_sub(1)
+                .max(1)
+        })
+    }
+}
+
 impl Default for Config {
     fn default() -> Self {
         Self {
             data: PathBuf::from("mariner-data"),
+            worker_threads: None,
             nbd: NbdConfig::default(),
             iscsi: IscsiConfig::default(),
             log: LogSection::default(),
@@ -230,6 +247,9 @@ impl Config {
     /// Checks values that the types cannot.
     pub fn validate(&self) -> Result<(), NodeError> {
         let bad = |m: &str| Err(NodeError::Config(m.to_string()));
+        if self.worker_threads.is_some_and(|n| !(1..=1024).contains(&n)) {
+            return bad("worker_threads: between 1 and 1024");
+        }
         if self.nbd.listen.is_empty() {
             return bad("nbd.listen: at least one address");
         }
