@@ -9,37 +9,45 @@
 //!
 //! Every block starts with a [`BLOCK_HEADER_LEN`]-byte header:
 //!
-//! | offset | size | field                                                      |
-//! |--------|------|------------------------------------------------------------|
-//! | 0      | 4    | CRC32C of the whole block with this field zeroed           |
-//! | 4      | 4    | magic `b"BOSC"`                                            |
-//! | 8      | 8    | LSN: sequence number of the last modification applied     |
-//! | 16     | 8    | block number (catches misdirected writes; names DW copies) |
+//! | offset | size | field                                                          |
+//! |--------|------|----------------------------------------------------------------|
+//! | 0      | 4    | CRC32C, salted with the disk id and version, with this zeroed  |
+//! | 4      | 4    | magic `b"BOSC"`                                                |
+//! | 8      | 8    | LSN: sequence number of the last modification applied         |
+//! | 16     | 8    | block number (catches misdirected writes; names DW copies)     |
 //!
 //! A block that is entirely zero has never been written: LSN 0, payload zeros.
 //!
 //! Checkpoint slot (ping-pong, the one with the higher counter and a valid CRC wins):
 //! magic `b"BOSCCKPT"`, version u16, pad u16, block_bytes u32, block_count u64, max_run u32,
-//! crc32c u32 (at 28, over all 48 bytes with itself zeroed), counter u64, checkpoint u64 (every
-//! sequence number / caller position at or below it is committed). docs/FORMATS.md has the
-//! byte tables.
+//! crc32c u32 (at 28, over all 64 bytes with itself zeroed), counter u64, checkpoint u64 (every
+//! sequence number / caller position at or below it is committed), disk id u128 (random, chosen
+//! at format; salts every block CRC). The checkpoint's version ([`FORMAT_VERSION`]) declares
+//! the layout of everything on the disk; blocks carry none of their own, but their CRC is
+//! salted with it. docs/FORMATS.md has the byte tables.
 //!
 //! Own-log payload (inside a mariner-log `Write` record whose `offset` is the block number, so
 //! the log supplies sequence number, back pointer, timestamp and CRC32C):
-//! tag u8 (1 = application modification, 2 = whole-payload write), global frontier u64
-//! (exclusive: every sequence number below it is committed), local frontier u64 (inclusive:
-//! every modification of this block at or below it is committed), then the modification bytes.
+//! version u16, tag u8 (1 = application modification, 2 = whole-payload write), global
+//! frontier u64 (exclusive: every sequence number below it is committed), local frontier u64
+//! (inclusive: every modification of this block at or below it is committed), then the
+//! modification bytes.
 
 #![deny(clippy::cast_possible_truncation)]
 
 pub const BLOCK_HEADER_LEN: usize = 24;
 pub const BLOCK_MAGIC: [u8; 4] = *b"BOSC";
 pub const CKPT_MAGIC: [u8; 8] = *b"BOSCCKPT";
-pub const CKPT_VERSION: u16 = 1;
+/// The BOSC format version: the checkpoint's, the own-log payload's, and (through the CRC
+/// salt) every block's. Version 1 (unsalted blocks, 48-byte checkpoint, 17-byte record prefix)
+/// is retired and refused.
+pub const FORMAT_VERSION: u16 = 2;
+pub const CKPT_VERSION: u16 = FORMAT_VERSION;
 pub const CKPT_SLOTS: [u64; 2] = [0, 4096];
-pub const CKPT_LEN: usize = 48;
+pub const CKPT_LEN: usize = 64;
 pub const DW_OFFSET: u64 = 8192;
-pub const RECORD_PREFIX_LEN: usize = 17;
+pub const RECORD_VERSION: u16 = FORMAT_VERSION;
+pub const RECORD_PREFIX_LEN: usize = 19;
 
 const _: () = assert!(CKPT_LEN <= 4096);
 
@@ -79,33 +87,68 @@ pub struct BlockHeader {
 /// Why a block image is unusable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum BlockError {
-    #[error("block checksum mismatch (torn or corrupt)")]
+    #[error("block checksum mismatch (torn, corrupt, or from another disk)")]
     Checksum,
     #[error("block header names block {found}, expected {expected}")]
     Misdirected { found: u64, expected: u64 },
 }
 
-/// Stamps header and CRC onto a full block image.
-pub fn seal_block(image: &mut [u8], lsn: u64, block: u64) {
-    image[0..4].fill(0);
+/// A data disk's identity: chosen at random by format, kept in the checkpoint, and mixed into
+/// every block CRC, so a block copied from another BOSC disk (or written under another format
+/// version) fails [`check_block`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct DiskId(pub u128);
+
+impl DiskId {
+    /// A fresh random identity from the operating system.
+    pub fn random() -> Result<Self, std::io::Error> {
+        let mut b = [0u8; 16];
+        getrandom::fill(&mut b).map_err(std::io::Error::other)?;
+        Ok(Self(u128::from_le_bytes(b)))
+    }
+
+    /// The CRC32C state every block CRC of this disk starts from:
+    /// `CRC32C(disk id LE 16 bytes ‖ FORMAT_VERSION LE 2 bytes)`.
+    pub fn block_salt(self) -> u32 {
+        let mut salt = [0u8; 18];
+        salt[..16].copy_from_slice(&self.0.to_le_bytes());
+        salt[16..].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+        crc32c::crc32c(&salt)
+    }
+}
+
+fn block_crc(image: &[u8], disk: DiskId) -> u32 {
+    let zeroed = crc32c::crc32c_append(disk.block_salt(), &[0u8; 4]);
+    crc32c::crc32c_append(zeroed, &image[4..])
+}
+
+/// Stamps header and CRC (salted with `disk`) onto a full block image.
+pub fn seal_block(image: &mut [u8], disk: DiskId, lsn: u64, block: u64) {
     image[4..8].copy_from_slice(&BLOCK_MAGIC);
     image[8..16].copy_from_slice(&lsn.to_le_bytes());
     image[16..24].copy_from_slice(&block.to_le_bytes());
-    let crc = crc32c::crc32c(image);
+    let crc = block_crc(image, disk);
     image[0..4].copy_from_slice(&crc.to_le_bytes());
 }
 
-/// Checks a full block image; a never-written (all-zero) block is valid with LSN 0.
-pub fn check_block(image: &[u8], expected: Option<u64>) -> Result<BlockHeader, BlockError> {
+/// Checks a full block image of disk `disk`; a never-written (all-zero) block is valid with
+/// LSN 0.
+pub fn check_block(
+    image: &[u8],
+    disk: DiskId,
+    expected: Option<u64>,
+) -> Result<BlockHeader, BlockError> {
     if image.iter().all(|&b| b == 0) {
         return Ok(BlockHeader {
             lsn: 0,
             block: expected.unwrap_or(u64::MAX),
         });
     }
+    if image.len() < BLOCK_HEADER_LEN {
+        return Err(BlockError::Checksum);
+    }
     let stored = u32::from_le_bytes([image[0], image[1], image[2], image[3]]);
-    let crc = crc32c::crc32c_append(crc32c::crc32c(&[0u8; 4]), &image[4..]);
-    if stored != crc || image[4..8] != BLOCK_MAGIC {
+    if stored != block_crc(image, disk) || image[4..8] != BLOCK_MAGIC {
         return Err(BlockError::Checksum);
     }
     let header = BlockHeader {
@@ -133,6 +176,18 @@ pub struct Checkpoint {
     pub geometry: Geometry,
     pub counter: u64,
     pub checkpoint: u64,
+    pub disk_id: DiskId,
+}
+
+/// Why a checkpoint slot is unusable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum CheckpointError {
+    #[error("no BOSC checkpoint magic")]
+    Magic,
+    #[error("BOSC format version {0} is not supported (this build reads {FORMAT_VERSION})")]
+    UnsupportedVersion(u16),
+    #[error("checkpoint checksum mismatch (torn or corrupt)")]
+    Checksum,
 }
 
 impl Checkpoint {
@@ -145,27 +200,36 @@ impl Checkpoint {
         out[24..28].copy_from_slice(&self.geometry.max_run.to_le_bytes());
         out[32..40].copy_from_slice(&self.counter.to_le_bytes());
         out[40..48].copy_from_slice(&self.checkpoint.to_le_bytes());
+        out[48..64].copy_from_slice(&self.disk_id.0.to_le_bytes());
         // The CRC covers everything but itself; it sits in the 4 pad bytes at 28.
         let crc = crc32c::crc32c(&out);
         out[28..32].copy_from_slice(&crc.to_le_bytes());
         out
     }
 
-    pub fn decode(b: &[u8]) -> Option<Self> {
-        if b.len() < CKPT_LEN || b[0..8] != CKPT_MAGIC {
-            return None;
+    /// Checks, in order: length and magic, version (another one is refused, not misread),
+    /// CRC.
+    pub fn decode(b: &[u8]) -> Result<Self, CheckpointError> {
+        if b.len() < 10 || b[0..8] != CKPT_MAGIC {
+            return Err(CheckpointError::Magic);
         }
-        if u16::from_le_bytes([b[8], b[9]]) != CKPT_VERSION {
-            return None;
+        let version = u16::from_le_bytes([b[8], b[9]]);
+        if version != CKPT_VERSION {
+            return Err(CheckpointError::UnsupportedVersion(version));
+        }
+        if b.len() < CKPT_LEN {
+            return Err(CheckpointError::Checksum);
         }
         let mut copy = [0u8; CKPT_LEN];
         copy.copy_from_slice(&b[..CKPT_LEN]);
         copy[28..32].fill(0);
         let stored = u32::from_le_bytes([b[28], b[29], b[30], b[31]]);
         if crc32c::crc32c(&copy) != stored {
-            return None;
+            return Err(CheckpointError::Checksum);
         }
-        Some(Self {
+        let mut id = [0u8; 16];
+        id.copy_from_slice(&b[48..64]);
+        Ok(Self {
             geometry: Geometry {
                 block_bytes: u32::from_le_bytes([b[12], b[13], b[14], b[15]]),
                 block_count: u64_at(b, 16),
@@ -173,7 +237,42 @@ impl Checkpoint {
             },
             counter: u64_at(b, 32),
             checkpoint: u64_at(b, 40),
+            disk_id: DiskId(u128::from_le_bytes(id)),
         })
+    }
+
+    /// The two slot images format writes: counter 0 in slot A and counter 1 in slot B, both
+    /// checkpoint 0, so the first later checkpoint (counter 2, slot A) leaves slot B valid.
+    /// Returns (offset, image) pairs.
+    pub fn format_slots(geometry: Geometry, disk_id: DiskId) -> [(u64, [u8; CKPT_LEN]); 2] {
+        [0, 1].map(|counter| {
+            let c = Self {
+                geometry,
+                counter,
+                checkpoint: 0,
+                disk_id,
+            };
+            (c.slot(), c.encode())
+        })
+    }
+
+    /// The slot this checkpoint is written to: `CKPT_SLOTS[counter % 2]`.
+    pub fn slot(&self) -> u64 {
+        CKPT_SLOTS[usize::from(self.counter % 2 == 1)]
+    }
+
+    /// Picks the valid slot with the higher counter. A slot of another format version makes
+    /// the whole disk unsupported (a newer writer has been here); neither valid: `None`.
+    pub fn pick(slots: [&[u8]; 2]) -> Result<Option<Self>, CheckpointError> {
+        let mut best: Option<Self> = None;
+        for b in slots {
+            match Self::decode(b) {
+                Ok(c) if best.is_none_or(|b| c.counter > b.counter) => best = Some(c),
+                Ok(_) | Err(CheckpointError::Magic | CheckpointError::Checksum) => {}
+                Err(e @ CheckpointError::UnsupportedVersion(_)) => return Err(e),
+            }
+        }
+        Ok(best)
     }
 }
 
@@ -214,6 +313,7 @@ impl Op {
 impl LoggedMod {
     pub fn encode(op: Op, global_frontier: u64, local_frontier: u64, bytes: &[u8]) -> Vec<u8> {
         let mut out = Vec::with_capacity(RECORD_PREFIX_LEN + bytes.len());
+        out.extend_from_slice(&RECORD_VERSION.to_le_bytes());
         out.push(op.code());
         out.extend_from_slice(&global_frontier.to_le_bytes());
         out.extend_from_slice(&local_frontier.to_le_bytes());
@@ -221,14 +321,16 @@ impl LoggedMod {
         out
     }
 
+    /// `None` for a short payload, another version or an unknown op: garbage is refused, not
+    /// misparsed.
     pub fn decode(b: &[u8]) -> Option<Self> {
-        if b.len() < RECORD_PREFIX_LEN {
+        if b.len() < RECORD_PREFIX_LEN || u16::from_le_bytes([b[0], b[1]]) != RECORD_VERSION {
             return None;
         }
         Some(Self {
-            op: Op::from_code(b[0])?,
-            global_frontier: u64_at(b, 1),
-            local_frontier: u64_at(b, 9),
+            op: Op::from_code(b[2])?,
+            global_frontier: u64_at(b, 3),
+            local_frontier: u64_at(b, 11),
             bytes: b[RECORD_PREFIX_LEN..].to_vec(),
         })
     }
@@ -240,19 +342,31 @@ mod tests {
 
     #[test]
     fn block_roundtrip_and_tear() {
+        let d = DiskId(0x1234);
         let mut img = vec![7u8; 512];
-        seal_block(&mut img, 42, 3);
+        seal_block(&mut img, d, 42, 3);
         assert_eq!(
-            check_block(&img, Some(3)),
+            check_block(&img, d, Some(3)),
             Ok(BlockHeader { lsn: 42, block: 3 })
         );
         assert!(matches!(
-            check_block(&img, Some(4)),
+            check_block(&img, d, Some(4)),
             Err(BlockError::Misdirected { .. })
         ));
         img[300] ^= 1;
-        assert_eq!(check_block(&img, Some(3)), Err(BlockError::Checksum));
-        assert_eq!(check_block(&[0u8; 512], Some(9)).map(|h| h.lsn), Ok(0));
+        assert_eq!(check_block(&img, d, Some(3)), Err(BlockError::Checksum));
+        assert_eq!(check_block(&[0u8; 512], d, Some(9)).map(|h| h.lsn), Ok(0));
+    }
+
+    #[test]
+    fn block_of_another_disk_fails_the_check() {
+        let (a, b) = (DiskId(1), DiskId(2));
+        let mut img = vec![7u8; 512];
+        seal_block(&mut img, a, 42, 3);
+        assert!(check_block(&img, a, Some(3)).is_ok());
+        assert_eq!(check_block(&img, b, Some(3)), Err(BlockError::Checksum));
+        let (x, y) = (DiskId::random().unwrap(), DiskId::random().unwrap());
+        assert_ne!(x, y);
     }
 
     #[test]
@@ -265,18 +379,55 @@ mod tests {
             },
             counter: 5,
             checkpoint: 99,
+            disk_id: DiskId(u128::MAX - 5),
         };
         let mut b = c.encode();
-        assert_eq!(Checkpoint::decode(&b), Some(c));
+        assert_eq!(Checkpoint::decode(&b), Ok(c));
         b[41] ^= 1;
-        assert_eq!(Checkpoint::decode(&b), None);
+        assert_eq!(Checkpoint::decode(&b), Err(CheckpointError::Checksum));
+        b[8] = 1;
+        assert_eq!(
+            Checkpoint::decode(&b),
+            Err(CheckpointError::UnsupportedVersion(1))
+        );
+        assert_eq!(
+            Checkpoint::pick([&b, &c.encode()]),
+            Err(CheckpointError::UnsupportedVersion(1))
+        );
+    }
+
+    #[test]
+    fn format_fills_both_slots_and_the_next_checkpoint_spares_one() {
+        let geo = Geometry {
+            block_bytes: 512,
+            block_count: 4,
+            max_run: 2,
+        };
+        let slots = Checkpoint::format_slots(geo, DiskId(9));
+        assert_eq!([slots[0].0, slots[1].0], CKPT_SLOTS);
+        let picked = Checkpoint::pick([&slots[0].1, &slots[1].1])
+            .unwrap()
+            .unwrap();
+        assert_eq!((picked.counter, picked.checkpoint), (1, 0));
+        let next = Checkpoint {
+            counter: picked.counter + 1,
+            ..picked
+        };
+        // The next checkpoint goes to the other slot than the newest one; if it tears, the
+        // newest format slot still stands.
+        assert_eq!(next.slot(), slots[0].0);
+        let torn = [0xFFu8; CKPT_LEN];
+        let after = Checkpoint::pick([&torn, &slots[1].1]).unwrap().unwrap();
+        assert_eq!(after, picked);
     }
 
     #[test]
     fn record_roundtrip() {
-        let b = LoggedMod::encode(Op::App, 4, 6, b"xyz");
+        let mut b = LoggedMod::encode(Op::App, 4, 6, b"xyz");
         let m = LoggedMod::decode(&b).unwrap();
         assert_eq!((m.op, m.global_frontier, m.local_frontier), (Op::App, 4, 6));
         assert_eq!(m.bytes, b"xyz");
+        b[0] = 1;
+        assert_eq!(LoggedMod::decode(&b), None);
     }
 }

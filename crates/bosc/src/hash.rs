@@ -2,8 +2,9 @@
 //! the baseline of the benchmark. u64 key → u64 value (the seed's 16-byte records), one page
 //! per block, linear probing between pages.
 //!
-//! Page payload (little-endian): record count u32, pad u32, then unsorted records of key u64 +
-//! value u64. An all-zero page is empty.
+//! Page payload (little-endian): record count u32, magic `b"HSHP"`, then unsorted records of
+//! key u64 + value u64. An all-zero page is empty; any other page without the magic is refused
+//! when it is read ([`check_page`]), so a block of another application is not misparsed.
 //!
 //! Two-part commit (§3.3): part one ([`HashApp`]) inserts or replaces the record in the page;
 //! part two runs when the put is queued: the table keeps an upper bound of each page's count
@@ -29,7 +30,22 @@ use mariner_disk::Disk;
 use crate::{BlockApp, Bosc, Change, Error};
 
 pub const PAGE_HEADER_LEN: usize = 8;
+pub const PAGE_MAGIC: [u8; 4] = *b"HSHP";
 pub const RECORD_LEN: usize = 16;
+
+/// A page read from a disk is a hash page: all zero (empty) or magic at 4 and a count within
+/// the capacity.
+pub fn check_page(p: &[u8]) -> bool {
+    if p.len() < PAGE_HEADER_LEN {
+        return false;
+    }
+    let empty = p.iter().all(|&b| b == 0);
+    empty || (p[4..8] == PAGE_MAGIC && page_count(p) <= page_capacity(p.len()))
+}
+
+fn not_a_page(page: u64) -> Error {
+    Error::Index(format!("block {page} is not a hash page"))
+}
 
 pub fn page_capacity(payload_bytes: usize) -> usize {
     payload_bytes.saturating_sub(PAGE_HEADER_LEN) / RECORD_LEN
@@ -62,6 +78,7 @@ pub fn page_put(p: &mut [u8], key: u64, value: u64) -> bool {
         Some(i) => i,
         None if n < page_capacity(p.len()) => {
             p[0..4].copy_from_slice(&(n as u32 + 1).to_le_bytes());
+            p[4..8].copy_from_slice(&PAGE_MAGIC);
             n
         }
         None => return false,
@@ -76,6 +93,7 @@ pub fn page_put(p: &mut [u8], key: u64, value: u64) -> bool {
 fn page_fill(p: &mut [u8], records: &[(u64, u64)]) {
     p.fill(0);
     p[0..4].copy_from_slice(&(records.len() as u32).to_le_bytes());
+    p[4..8].copy_from_slice(&PAGE_MAGIC);
     for (i, (k, v)) in records.iter().enumerate() {
         let at = PAGE_HEADER_LEN + i * RECORD_LEN;
         p[at..at + 8].copy_from_slice(&k.to_le_bytes());
@@ -202,7 +220,10 @@ impl BoscHash {
     pub fn open(bosc: Bosc<HashApp>) -> Result<Self, Error> {
         let capacity = page_capacity(bosc.payload_bytes());
         let mut counts = Vec::with_capacity(bosc.block_count() as usize);
-        bosc.scan(0, bosc.block_count(), |_, p| {
+        bosc.scan(0, bosc.block_count(), |page, p| {
+            if !check_page(p) {
+                return Err(not_a_page(page));
+            }
             counts.push(page_count(p));
             Ok(())
         })?;
@@ -403,6 +424,9 @@ impl PlainHash {
             let mut buf = vec![0u8; self.page_bytes];
             self.disk.read_at(&mut buf, page * self.page_bytes as u64)?;
             st.reads += 1;
+            if !check_page(&buf) {
+                return Err(not_a_page(page));
+            }
             while st.cache.len() >= self.cache_pages {
                 let Some(old) = st.order.pop_front() else {
                     break;

@@ -49,6 +49,8 @@ pub enum Error {
     Config(String),
     #[error("the data disk holds no BOSC checkpoint")]
     NotFormatted,
+    #[error("the data disk has BOSC format version {0}; this build reads only version {v}", v = format::FORMAT_VERSION)]
+    UnsupportedVersion(u16),
     #[error("block {0} is outside the data disk")]
     OutOfRange(u64),
     #[error("block {block}: {error}")]

@@ -23,12 +23,14 @@ use std::sync::Arc;
 
 use mariner_bosc::btree::{leaf_capacity, leaf_payload, Key, LeafApp, LEAF_HEADER_LEN, LEAF_MAGIC};
 use mariner_bosc::format::{
-    check_block, seal_block, BlockError, BlockHeader, Checkpoint, Geometry, LoggedMod,
-    BLOCK_HEADER_LEN, BLOCK_MAGIC, CKPT_LEN, CKPT_MAGIC, CKPT_SLOTS, CKPT_VERSION, DW_OFFSET,
-    RECORD_PREFIX_LEN,
+    check_block, seal_block, BlockError, BlockHeader, Checkpoint, CheckpointError, DiskId,
+    Geometry, LoggedMod, BLOCK_HEADER_LEN, BLOCK_MAGIC, CKPT_LEN, CKPT_MAGIC, CKPT_SLOTS,
+    CKPT_VERSION, DW_OFFSET, FORMAT_VERSION, RECORD_PREFIX_LEN, RECORD_VERSION,
 };
-use mariner_bosc::hash::{page_capacity, page_count, page_get, page_put, HashApp, PAGE_HEADER_LEN};
-use mariner_bosc::{btree, hash, BlockApp, Bosc, BoscConfig, Durability, Op};
+use mariner_bosc::hash::{
+    check_page, page_capacity, page_count, page_get, page_put, HashApp, PAGE_HEADER_LEN, PAGE_MAGIC,
+};
+use mariner_bosc::{btree, hash, BlockApp, Bosc, BoscConfig, Durability, Error, Op};
 use mariner_disk::{Disk, MemDisk};
 
 /// Block size of every golden block; payload = 512 − 24 = 488 bytes.
@@ -55,6 +57,11 @@ fn le_u64(b: &[u8], at: usize) -> u64 {
 // ---------------------------------------------------------------------------------------------
 // The fixed values
 
+/// The disk identity of every golden block and checkpoint.
+const DISK_ID: DiskId = DiskId(0x0f0e_0d0c_0b0a_0908_0706_0504_0302_0100);
+/// Another disk's.
+const OTHER_DISK: DiskId = DiskId(0x0f0e_0d0c_0b0a_0908_0706_0504_0302_0101);
+
 fn checkpoint() -> Checkpoint {
     Checkpoint {
         geometry: Geometry {
@@ -64,6 +71,7 @@ fn checkpoint() -> Checkpoint {
         },
         counter: 7,
         checkpoint: 0x0123_4567,
+        disk_id: DISK_ID,
     }
 }
 
@@ -80,7 +88,7 @@ fn pattern(len: usize, seed: u8) -> Vec<u8> {
 fn sealed_block() -> Vec<u8> {
     let mut img = vec![0u8; BLOCK];
     img[BLOCK_HEADER_LEN..].copy_from_slice(&pattern(PAYLOAD, 5));
-    seal_block(&mut img, BLOCK_LSN, BLOCK_NO);
+    seal_block(&mut img, DISK_ID, BLOCK_LSN, BLOCK_NO);
     img
 }
 
@@ -179,7 +187,7 @@ const DISK_PUTS: [(u64, u64, u64, u64); 3] = [(1, 0, 11, 111), (2, 1, 22, 222), 
 fn build_disk() -> Vec<u8> {
     let disk = Arc::new(MemDisk::new(0));
     let dyn_disk: Arc<dyn Disk> = disk.clone();
-    Bosc::<HashApp>::format(dyn_disk.as_ref(), &disk_cfg()).unwrap();
+    Bosc::<HashApp>::format_with_id(dyn_disk.as_ref(), &disk_cfg(), DISK_ID).unwrap();
     let (b, report) = Bosc::open(
         dyn_disk.clone(),
         disk_cfg(),
@@ -216,7 +224,7 @@ fn checkpoint_matches_its_golden_file() {
     let c = checkpoint();
     let committed = golden("checkpoint.bin", &c.encode());
     assert_eq!(committed.len(), CKPT_LEN);
-    assert_eq!(Checkpoint::decode(&committed), Some(c));
+    assert_eq!(Checkpoint::decode(&committed), Ok(c));
 }
 
 #[test]
@@ -224,15 +232,18 @@ fn block_matches_its_golden_file() {
     let committed = golden("block.bin", &sealed_block());
     assert_eq!(committed.len(), BLOCK);
     assert_eq!(
-        check_block(&committed, Some(BLOCK_NO)),
+        check_block(&committed, DISK_ID, Some(BLOCK_NO)),
         Ok(BlockHeader {
             lsn: BLOCK_LSN,
             block: BLOCK_NO
         })
     );
-    assert_eq!(check_block(&committed, None).map(|h| h.block), Ok(BLOCK_NO));
     assert_eq!(
-        check_block(&committed, Some(BLOCK_NO + 1)),
+        check_block(&committed, DISK_ID, None).map(|h| h.block),
+        Ok(BLOCK_NO)
+    );
+    assert_eq!(
+        check_block(&committed, DISK_ID, Some(BLOCK_NO + 1)),
         Err(BlockError::Misdirected {
             found: BLOCK_NO,
             expected: BLOCK_NO + 1
@@ -296,7 +307,8 @@ fn hash_page_matches_its_golden_file() {
     let committed = golden("hash-page.bin", &golden_hash_page());
     assert_eq!(committed.len(), PAYLOAD);
     assert_eq!(page_count(&committed), 3);
-    assert_eq!(le_u32(&committed, 4), 0, "pad");
+    assert_eq!(committed[4..8], PAGE_MAGIC, "magic");
+    assert!(check_page(&committed));
     for (i, (k, v)) in hash_records().into_iter().enumerate() {
         assert_eq!(page_get(&committed, k), Some(v));
         let at = PAGE_HEADER_LEN + i * hash::RECORD_LEN;
@@ -339,20 +351,21 @@ fn data_disk_matches_its_golden_file_and_opens() {
     assert_eq!(committed.len() as u64, geo.disk_bytes());
     assert_eq!(geo.disk_bytes(), 8192 + 2 * 512 + 4 * 512);
 
-    // Checkpoint: counter 2 went to slot 2 % 2 = 0 (over format's counter 1); slot 1 is still
-    // the zeros format wrote.
+    // Checkpoint: format wrote counter 0 to slot A and counter 1 to slot B; counter 2 went to
+    // slot 2 % 2 = A, so format's counter 1 still stands in slot B.
     let slot0 = &committed[CKPT_SLOTS[0] as usize..][..4096];
     let slot1 = &committed[CKPT_SLOTS[1] as usize..][..4096];
-    assert_eq!(
-        Checkpoint::decode(slot0),
-        Some(Checkpoint {
-            geometry: geo,
-            counter: 2,
-            checkpoint: 3
-        })
-    );
-    assert!(slot0[CKPT_LEN..].iter().all(|&b| b == 0));
-    assert!(slot1.iter().all(|&b| b == 0));
+    let ck = |counter, checkpoint| Checkpoint {
+        geometry: geo,
+        counter,
+        checkpoint,
+        disk_id: DISK_ID,
+    };
+    assert_eq!(Checkpoint::decode(slot0), Ok(ck(2, 3)));
+    assert_eq!(Checkpoint::decode(slot1), Ok(ck(1, 0)));
+    for slot in [slot0, slot1] {
+        assert!(slot[CKPT_LEN..].iter().all(|&b| b == 0));
+    }
 
     // Blocks in place: 0 and 1 sealed with the LSN (here the caller position) of their last
     // modification; 2 and 3 never written (all zero).
@@ -361,7 +374,7 @@ fn data_disk_matches_its_golden_file_and_opens() {
     for (i, lsn, recs) in &expect {
         let img = block(*i);
         assert_eq!(
-            check_block(img, Some(*i)),
+            check_block(img, DISK_ID, Some(*i)),
             Ok(BlockHeader {
                 lsn: *lsn,
                 block: *i
@@ -375,7 +388,10 @@ fn data_disk_matches_its_golden_file_and_opens() {
     }
     for i in 2..4 {
         assert!(block(i).iter().all(|&b| b == 0));
-        assert_eq!(check_block(block(i), Some(i)).map(|h| h.lsn), Ok(0));
+        assert_eq!(
+            check_block(block(i), DISK_ID, Some(i)).map(|h| h.lsn),
+            Ok(0)
+        );
     }
     // Double-write area: the last run, slot j holding the run's j-th block.
     for j in 0..2u64 {
@@ -403,9 +419,8 @@ fn every_damaged_byte_of_the_golden_checkpoint_is_caught() {
         for mask in [0x01u8, 0x80, 0xff] {
             let mut c = committed.clone();
             c[i] ^= mask;
-            assert_eq!(
-                Checkpoint::decode(&c),
-                None,
+            assert!(
+                Checkpoint::decode(&c).is_err(),
                 "byte {i} ^ {mask:#04x} went unnoticed"
             );
         }
@@ -421,7 +436,7 @@ fn every_damaged_byte_of_the_golden_block_is_caught() {
             c[i] ^= mask;
             for expected in [None, Some(BLOCK_NO)] {
                 assert_eq!(
-                    check_block(&c, expected),
+                    check_block(&c, DISK_ID, expected),
                     Err(BlockError::Checksum),
                     "byte {i} ^ {mask:#04x} went unnoticed"
                 );
@@ -440,13 +455,13 @@ fn a_damaged_payload_inside_a_sealed_block_is_caught() {
         let committed = golden(file, &payload);
         let mut img = vec![0u8; BLOCK];
         img[BLOCK_HEADER_LEN..].copy_from_slice(&committed);
-        seal_block(&mut img, 9, 1);
-        assert!(check_block(&img, Some(1)).is_ok(), "{file}");
+        seal_block(&mut img, DISK_ID, 9, 1);
+        assert!(check_block(&img, DISK_ID, Some(1)).is_ok(), "{file}");
         for i in BLOCK_HEADER_LEN..BLOCK {
             let mut c = img.clone();
             c[i] ^= 0x01;
             assert_eq!(
-                check_block(&c, Some(1)),
+                check_block(&c, DISK_ID, Some(1)),
                 Err(BlockError::Checksum),
                 "{file}: byte {i}"
             );
@@ -469,18 +484,125 @@ fn a_damaged_block_of_the_golden_disk_is_repaired_from_the_double_write_area() {
 }
 
 /// `LoggedMod` has no checksum of its own (the log record's payload CRC covers it); decode
-/// rejects only unknown tags and short payloads.
+/// rejects another version, unknown tags and short payloads.
 #[test]
-fn logged_modification_rejects_unknown_tags_and_short_payloads() {
+fn logged_modification_rejects_other_versions_unknown_tags_and_short_payloads() {
     let committed = golden("logged-mod-app.bin", &encode_logged(&logged_app()));
+    for version in [0u16, 1, 3, u16::MAX] {
+        let mut c = committed.clone();
+        c[0..2].copy_from_slice(&version.to_le_bytes());
+        assert_eq!(LoggedMod::decode(&c), None, "version {version}");
+    }
     for tag in [0u8, 3, 0xff] {
         let mut c = committed.clone();
-        c[0] = tag;
+        c[2] = tag;
         assert_eq!(LoggedMod::decode(&c), None, "tag {tag}");
     }
     assert_eq!(LoggedMod::decode(&committed[..RECORD_PREFIX_LEN - 1]), None);
     let empty = LoggedMod::decode(&committed[..RECORD_PREFIX_LEN]).unwrap();
     assert!(empty.bytes.is_empty());
+}
+
+/// A block sealed on another BOSC disk of the same geometry fails the check here, and the
+/// disk's sealed blocks fail on that other disk.
+#[test]
+fn a_block_of_another_disk_is_refused() {
+    let committed = golden("block.bin", &sealed_block());
+    assert_eq!(
+        check_block(&committed, OTHER_DISK, Some(BLOCK_NO)),
+        Err(BlockError::Checksum)
+    );
+    // Copy block 1 of the golden disk onto a disk formatted the same way but as OTHER_DISK.
+    let geo = disk_geometry();
+    let golden_disk = golden("data-disk.bin", &build_disk());
+    let other = MemDisk::new(0);
+    Bosc::<HashApp>::format_with_id(&other, &disk_cfg(), OTHER_DISK).unwrap();
+    let at = geo.block_offset(1);
+    other
+        .write_at(&golden_disk[at as usize..][..BLOCK], at)
+        .unwrap();
+    let other: Arc<dyn Disk> = Arc::new(other);
+    let (b, _) = Bosc::open(other, disk_cfg(), Durability::Caller, Arc::new(HashApp)).unwrap();
+    let err = b.query(1, |p| page_get(p, 22)).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Block {
+                block: 1,
+                error: BlockError::Checksum
+            }
+        ),
+        "{err}"
+    );
+}
+
+/// A disk whose checkpoint names another format version (here the retired v1, and a future
+/// v3) is refused with `UnsupportedVersion`, not read as unformatted or misread.
+#[test]
+fn a_disk_of_another_format_version_is_refused() {
+    for version in [1u16, 3] {
+        let mut image = golden("data-disk.bin", &build_disk());
+        let slot = &mut image[CKPT_SLOTS[0] as usize..][..CKPT_LEN];
+        slot[8..10].copy_from_slice(&version.to_le_bytes());
+        slot[28..32].fill(0);
+        let crc = crc32c::crc32c(slot);
+        slot[28..32].copy_from_slice(&crc.to_le_bytes());
+        let disk: Arc<dyn Disk> = Arc::new(MemDisk::from_vec(image));
+        let err = Bosc::open(disk, disk_cfg(), Durability::Caller, Arc::new(HashApp))
+            .err()
+            .unwrap();
+        assert!(
+            matches!(err, Error::UnsupportedVersion(v) if v == version),
+            "{err}"
+        );
+    }
+}
+
+/// The first checkpoint after format goes to slot A; if that write tears, format's slot B
+/// still holds a valid checkpoint and the disk opens (before, format left only slot A valid).
+#[test]
+fn a_torn_first_checkpoint_leaves_formats_checkpoint() {
+    let mut image = golden("data-disk.bin", &build_disk());
+    image[CKPT_SLOTS[0] as usize..][..CKPT_LEN / 2].fill(0xa5);
+    let disk: Arc<dyn Disk> = Arc::new(MemDisk::from_vec(image));
+    let (b, report) = Bosc::open(disk, disk_cfg(), Durability::Caller, Arc::new(HashApp)).unwrap();
+    assert_eq!(report.checkpoint, 0);
+    // The caller replays above position 0; the blocks' LSNs skip what is already applied.
+    for (pos, block, k, v) in DISK_PUTS {
+        b.modify_at(block, &hash_put(k, v), pos).unwrap();
+    }
+    assert_eq!(b.query(0, page_count).unwrap(), 2);
+    assert_eq!(b.query(0, |p| page_get(p, 33)).unwrap(), Some(333));
+}
+
+/// A page that is neither empty nor magic-stamped is refused when the hash table opens.
+#[test]
+fn a_hash_table_refuses_pages_without_its_magic() {
+    let mut p = golden("hash-page.bin", &golden_hash_page());
+    assert!(check_page(&p));
+    assert!(check_page(&vec![0u8; PAYLOAD]));
+    p[4] ^= 1;
+    assert!(!check_page(&p));
+    let leaf = golden("btree-leaf.bin", &golden_leaf());
+    assert!(!check_page(&leaf));
+
+    // A B+tree leaf stored on the disk: the hash table will not open over it.
+    let disk = Arc::new(MemDisk::new(0));
+    let dyn_disk: Arc<dyn Disk> = disk.clone();
+    Bosc::<HashApp>::format_with_id(dyn_disk.as_ref(), &disk_cfg(), DISK_ID).unwrap();
+    let (b, _) = Bosc::open(
+        dyn_disk.clone(),
+        disk_cfg(),
+        Durability::Caller,
+        Arc::new(HashApp),
+    )
+    .unwrap();
+    b.load(2, &leaf).unwrap();
+    let err = hash::BoscHash::open(b).err().unwrap();
+    assert!(
+        matches!(&err, Error::Index(m) if m.contains("block 2")),
+        "{err}"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -491,11 +613,12 @@ fn constants_are_the_documented_ones() {
     assert_eq!(BLOCK_HEADER_LEN, 24);
     assert_eq!(BLOCK_MAGIC, *b"BOSC");
     assert_eq!(CKPT_MAGIC, *b"BOSCCKPT");
-    assert_eq!(CKPT_VERSION, 1);
+    assert_eq!((FORMAT_VERSION, CKPT_VERSION, RECORD_VERSION), (2, 2, 2));
     assert_eq!(CKPT_SLOTS, [0, 4096]);
-    assert_eq!(CKPT_LEN, 48);
+    assert_eq!(CKPT_LEN, 64);
     assert_eq!(DW_OFFSET, 8192);
-    assert_eq!(RECORD_PREFIX_LEN, 17);
+    assert_eq!(RECORD_PREFIX_LEN, 19);
+    assert_eq!(PAGE_MAGIC, *b"HSHP");
     assert_eq!((Op::App.code(), Op::Write.code()), (1, 2));
     assert_eq!(Op::from_code(1), Some(Op::App));
     assert_eq!(Op::from_code(2), Some(Op::Write));
@@ -539,41 +662,59 @@ fn checkpoint_fields_sit_at_documented_offsets() {
         },
         counter: 0xd1d2_d3d4_d5d6_d7d8,
         checkpoint: 0xe1e2_e3e4_e5e6_e7e8,
+        disk_id: DiskId(0xf1f2_f3f4_f5f6_f7f8_f9fa_fbfc_fdfe_ff00),
     };
     let b = c.encode();
     assert_eq!(&b[0..8], b"BOSCCKPT");
-    assert_eq!(le_u16(&b, 8), 1, "version");
+    assert_eq!(le_u16(&b, 8), 2, "version");
     assert_eq!(b[10..12], [0; 2], "pad");
     assert_eq!(le_u32(&b, 12), c.geometry.block_bytes);
     assert_eq!(le_u64(&b, 16), c.geometry.block_count);
     assert_eq!(le_u32(&b, 24), c.geometry.max_run);
     assert_eq!(le_u64(&b, 32), c.counter);
     assert_eq!(le_u64(&b, 40), c.checkpoint);
-    // crc = CRC32C of the 48 bytes with the crc field (28..32) zeroed.
+    assert_eq!(
+        u128::from_le_bytes(b[48..64].try_into().unwrap()),
+        c.disk_id.0
+    );
+    // crc = CRC32C of the 64 bytes with the crc field (28..32) zeroed.
     let mut z = b;
     z[28..32].fill(0);
     assert_eq!(le_u32(&b, 28), crc32c::crc32c(&z), "crc");
-    assert_eq!(Checkpoint::decode(&b), Some(c));
-    // Another version is rejected even with a matching CRC.
-    let mut v2 = z;
-    v2[8..10].copy_from_slice(&2u16.to_le_bytes());
-    let crc = crc32c::crc32c(&v2);
-    v2[28..32].copy_from_slice(&crc.to_le_bytes());
-    assert_eq!(Checkpoint::decode(&v2), None);
+    assert_eq!(Checkpoint::decode(&b), Ok(c));
+    // Another version is refused by name, even with a matching CRC.
+    for version in [1u16, 3] {
+        let mut other = z;
+        other[8..10].copy_from_slice(&version.to_le_bytes());
+        let crc = crc32c::crc32c(&other);
+        other[28..32].copy_from_slice(&crc.to_le_bytes());
+        assert_eq!(
+            Checkpoint::decode(&other),
+            Err(CheckpointError::UnsupportedVersion(version))
+        );
+    }
 }
 
 #[test]
 fn block_header_fields_sit_at_documented_offsets() {
     let mut img = vec![0x5au8; BLOCK];
-    seal_block(&mut img, 0xf1f2_f3f4_f5f6_f7f8, 0x0102_0304_0506_0708);
+    seal_block(
+        &mut img,
+        DISK_ID,
+        0xf1f2_f3f4_f5f6_f7f8,
+        0x0102_0304_0506_0708,
+    );
     assert_eq!(&img[4..8], b"BOSC");
     assert_eq!(le_u64(&img, 8), 0xf1f2_f3f4_f5f6_f7f8, "lsn");
     assert_eq!(le_u64(&img, 16), 0x0102_0304_0506_0708, "block");
     assert!(img[24..].iter().all(|&b| b == 0x5a), "payload untouched");
-    // crc = CRC32C of the whole block with the crc field (0..4) zeroed; no salt.
-    let mut z = img.clone();
-    z[0..4].fill(0);
-    assert_eq!(le_u32(&img, 0), crc32c::crc32c(&z), "crc");
+    // crc = CRC32C of (disk id LE 16 bytes, version LE 2 bytes, the whole block with the crc
+    // field (0..4) zeroed).
+    let mut salted = DISK_ID.0.to_le_bytes().to_vec();
+    salted.extend_from_slice(&2u16.to_le_bytes());
+    salted.extend_from_slice(&[0; 4]);
+    salted.extend_from_slice(&img[4..]);
+    assert_eq!(le_u32(&img, 0), crc32c::crc32c(&salted), "crc");
 }
 
 #[test]
@@ -603,8 +744,9 @@ fn logged_mod_fields_sit_at_documented_offsets() {
         0xb1b2_b3b4_b5b6_b7b8,
         b"xyz",
     );
-    assert_eq!(b[0], 2, "op");
-    assert_eq!(le_u64(&b, 1), 0xa1a2_a3a4_a5a6_a7a8, "global frontier");
-    assert_eq!(le_u64(&b, 9), 0xb1b2_b3b4_b5b6_b7b8, "local frontier");
-    assert_eq!(&b[17..], b"xyz");
+    assert_eq!(le_u16(&b, 0), 2, "version");
+    assert_eq!(b[2], 2, "op");
+    assert_eq!(le_u64(&b, 3), 0xa1a2_a3a4_a5a6_a7a8, "global frontier");
+    assert_eq!(le_u64(&b, 11), 0xb1b2_b3b4_b5b6_b7b8, "local frontier");
+    assert_eq!(&b[19..], b"xyz");
 }
