@@ -42,6 +42,22 @@ impl AlignedBuf {
     pub fn align(&self) -> usize {
         self.layout.align()
     }
+
+    /// The bytes allocated, the most [`AlignedBuf::reset`] can make it hold.
+    pub fn capacity(&self) -> usize {
+        self.layout.size()
+    }
+
+    /// Makes the buffer `len` zero bytes long, reusing its allocation; `false` (and nothing
+    /// changed) when `len` exceeds the capacity.
+    pub fn reset(&mut self, len: usize) -> bool {
+        if len > self.capacity() {
+            return false;
+        }
+        self.len = len;
+        self.fill(0);
+        true
+    }
 }
 
 impl Deref for AlignedBuf {
@@ -118,6 +134,24 @@ mod tests {
         assert_eq!(&copy[..3], b"abc");
         assert_eq!(copy[4095], 7);
         assert_eq!(copy.as_ptr() as usize % 4096, 0);
+        Ok(())
+    }
+
+    #[test]
+    fn reset_reuses_the_allocation_zeroed_within_its_capacity() -> io::Result<()> {
+        let mut buf = AlignedBuf::new(8192, 4096)?;
+        buf.fill(9);
+        let at = buf.as_ptr();
+        assert!(buf.reset(4096));
+        assert_eq!((buf.len(), buf.as_ptr()), (4096, at));
+        assert!(buf.iter().all(|&b| b == 0));
+        assert!(buf.reset(8192));
+        assert!(
+            buf.iter().all(|&b| b == 0),
+            "bytes past the shorter length too"
+        );
+        assert!(!buf.reset(8193));
+        assert_eq!(buf.len(), 8192);
         Ok(())
     }
 

@@ -290,6 +290,9 @@ pub(crate) struct Writer {
     jobs: Vec<Sender<DevJob>>,
     /// Per device, the ticket of its next batch.
     tickets: Vec<u64>,
+    /// Batch buffers back from the devices, for the next batches: allocating and freeing one
+    /// per batch cost page faults and `mprotect` calls as glibc grew and trimmed its arenas.
+    spare: Vec<AlignedBuf>,
     /// The deadline the timer thread sleeps towards (`Nanos::MAX`: none); `None` while it
     /// is awake, when it looks at the policy's deadline itself before sleeping again.
     timer_sleeps_until: Option<Nanos>,
@@ -338,6 +341,7 @@ pub(crate) fn spawn(
         last_addr: vec![LogAddr::NONE; n],
         jobs,
         tickets: vec![0; n],
+        spare: Vec::new(),
         timer_sleeps_until: None,
         shut: false,
     };
@@ -437,6 +441,7 @@ fn device_loop(ctx: &DeviceCtx, jobs: &Mutex<Receiver<DevJob>>, shared: &Shared)
             (r, _) => r,
         };
         let Some(mut w) = shared.lock() else { return };
+        w.recycle(job.buf);
         let actions = w.done(ctx.dev, result, failed);
         shared.execute(&mut w, actions);
     }
@@ -554,8 +559,31 @@ impl Writer {
 
     /// Lays out one batch: each record's header (with generation, back pointer and span), its
     /// payload, and zero padding after the last.
+    /// Keeps a written batch's buffer for a later batch (a few, none over a segment's size).
+    fn recycle(&mut self, buf: AlignedBuf) {
+        const KEEP: usize = 4;
+        const LARGEST: usize = 1 << 20;
+        if self.spare.len() < KEEP && buf.capacity() <= LARGEST && buf.align() == self.align {
+            self.spare.push(buf);
+        }
+    }
+
+    /// A zeroed buffer of `len` bytes: a spare one if one is large enough.
+    fn batch_buffer(&mut self, len: usize) -> std::io::Result<AlignedBuf> {
+        if let Some(i) = self.spare.iter().position(|b| b.capacity() >= len) {
+            let mut buf = self.spare.swap_remove(i);
+            if buf.reset(len) {
+                return Ok(buf);
+            }
+        }
+        // Rounded up so that the buffer serves a range of later batch sizes too.
+        let mut buf = AlignedBuf::new(len.next_multiple_of(64 << 10), self.align)?;
+        buf.reset(len);
+        Ok(buf)
+    }
+
     fn start_write(&mut self, w: Write) {
-        let mut buf = match AlignedBuf::new(w.padded_bytes as usize, self.align) {
+        let mut buf = match self.batch_buffer(w.padded_bytes as usize) {
             Ok(b) => b,
             Err(e) => return self.fail(format!("batch buffer: {e}")),
         };
