@@ -247,7 +247,10 @@ impl Config {
     /// Checks values that the types cannot.
     pub fn validate(&self) -> Result<(), NodeError> {
         let bad = |m: &str| Err(NodeError::Config(m.to_string()));
-        if self.worker_threads.is_some_and(|n| !(1..=1024).contains(&n)) {
+        if self
+            .worker_threads
+            .is_some_and(|n| !(1..=1024).contains(&n))
+        {
             return bad("worker_threads: between 1 and 1024");
         }
         if self.nbd.listen.is_empty() {

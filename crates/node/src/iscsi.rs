@@ -127,30 +127,34 @@ fn naa_id(id: u32, created_ns: u64) -> [u8; 16] {
 #[async_trait]
 impl BlockBackend for Volume {
     fn geometry(&self) -> Geometry {
-        let m = self.meta();
+        let (id, created_ns, size_bytes, block_size, read_only) = self.with_meta(|m| {
+            let (bs, ro) = (m.block_size, m.read_only);
+            (m.id, m.created_ns, m.size_bytes, bs, ro)
+        });
+        let max_blocks = (self.max_io_bytes() / u64::from(block_size)) as u32;
         Geometry {
-            block_size: m.block_size,
-            block_count: m.size_bytes / u64::from(m.block_size),
-            read_only: self.read_only_reason().is_some(),
+            block_size,
+            block_count: size_bytes / u64::from(block_size),
+            read_only: read_only || self.failure().is_some(),
             can_unmap: true,
-            max_transfer_blocks: (self.max_io_bytes() / u64::from(m.block_size)) as u32,
+            max_transfer_blocks: max_blocks,
             physical_block_size: self.physical_block_bytes(),
             // Every write of up to max_io_bytes is one log record: all of it or none.
-            max_atomic_blocks: (self.max_io_bytes() / u64::from(m.block_size)) as u32,
-            serial: format!("MARINER{:08X}{:016X}", m.id, m.created_ns),
-            naa_id: naa_id(m.id, m.created_ns),
+            max_atomic_blocks: max_blocks,
+            serial: format!("MARINER{id:08X}{created_ns:016X}"),
+            naa_id: naa_id(id, created_ns),
         }
     }
 
     async fn read(&self, lba: u64, blocks: u32) -> Result<Vec<u8>, BackendError> {
-        let bs = u64::from(self.meta().block_size);
+        let bs = u64::from(self.with_meta(|m| m.block_size));
         self.read_bytes(lba * bs, u64::from(blocks) * bs)
             .await
             .map_err(read_error)
     }
 
     async fn write(&self, lba: u64, data: Bytes) -> Result<(), BackendError> {
-        let bs = u64::from(self.meta().block_size);
+        let bs = u64::from(self.with_meta(|m| m.block_size));
         self.write_bytes(lba * bs, data).await.map_err(write_error)
     }
 
@@ -163,7 +167,7 @@ impl BlockBackend for Volume {
     }
 
     async fn unmap(&self, lba: u64, blocks: u64) -> Result<(), BackendError> {
-        let bs = u64::from(self.meta().block_size);
+        let bs = u64::from(self.with_meta(|m| m.block_size));
         self.trim_bytes(lba * bs, blocks * bs)
             .await
             .map_err(write_error)
@@ -175,7 +179,7 @@ impl BlockBackend for Volume {
         expected: &[u8],
         data: &[u8],
     ) -> Result<CompareOutcome, BackendError> {
-        let bs = u64::from(self.meta().block_size);
+        let bs = u64::from(self.with_meta(|m| m.block_size));
         let outcome =
             Volume::compare_and_write(self, lba * bs, expected, Bytes::copy_from_slice(data))
                 .await
@@ -187,14 +191,14 @@ impl BlockBackend for Volume {
     }
 
     async fn or_write(&self, lba: u64, data: &[u8]) -> Result<(), BackendError> {
-        let bs = u64::from(self.meta().block_size);
+        let bs = u64::from(self.with_meta(|m| m.block_size));
         Volume::or_write(self, lba * bs, data)
             .await
             .map_err(write_error)
     }
 
     async fn lba_status(&self, lba: u64) -> Result<(Provisioning, u64), BackendError> {
-        let bs = u64::from(self.meta().block_size);
+        let bs = u64::from(self.with_meta(|m| m.block_size));
         let runs = self
             .allocation(lba * bs, LBA_STATUS_SPAN_BYTES)
             .await

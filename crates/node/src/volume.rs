@@ -68,6 +68,15 @@ impl Volume {
         }
     }
 
+    /// Runs `f` on the volume's metadata without copying it (the hot paths need a field or
+    /// two per request; [`Volume::meta`] clones the name too).
+    pub fn with_meta<R>(&self, f: impl FnOnce(&VolumeMeta) -> R) -> R {
+        match self.meta.read() {
+            Ok(m) => f(&m),
+            Err(poisoned) => f(&poisoned.into_inner()),
+        }
+    }
+
     pub fn meta(&self) -> VolumeMeta {
         self.meta
             .read()
@@ -118,7 +127,7 @@ impl Volume {
 
     /// Why the volume is read-only, if it is: the operator's flag, or an I/O failure.
     pub fn read_only_reason(&self) -> Option<String> {
-        if self.meta().read_only {
+        if self.with_meta(|m| m.read_only) {
             return Some("set read-only by an operator".into());
         }
         self.failure()
@@ -132,22 +141,24 @@ impl Volume {
             .or_else(|| self.store.failure().map(|f| format!("store failed: {f}")))
     }
 
-    fn check(&self, offset: u64, len: u64, writing: bool) -> Result<VolumeMeta, ExportError> {
+    /// Checks a request's range (and, for a write, that the volume is writable); returns the
+    /// volume's id.
+    fn check(&self, offset: u64, len: u64, writing: bool) -> Result<Checked, ExportError> {
         if self.deleted.load(Relaxed) {
             return Err(ExportError::Shutdown);
         }
-        let m = self.meta();
-        if offset.checked_add(len).is_none_or(|end| end > m.size_bytes) {
+        let (id, size, bs, read_only) =
+            self.with_meta(|m| (m.id, m.size_bytes, u64::from(m.block_size), m.read_only));
+        if offset.checked_add(len).is_none_or(|end| end > size) {
             return Err(ExportError::OutOfRange);
         }
-        let bs = u64::from(m.block_size);
         if !offset.is_multiple_of(bs) || !len.is_multiple_of(bs) {
             return Err(ExportError::Invalid);
         }
-        if writing && self.read_only_reason().is_some() {
+        if writing && (read_only || self.failure().is_some()) {
             return Err(ExportError::ReadOnly);
         }
-        Ok(m)
+        Ok(Checked { id })
     }
 
     async fn append(&self, entry: Entry) -> Result<(), ExportError> {
@@ -161,7 +172,7 @@ impl Volume {
 
     /// Appends a payload-free record, split so each fits a u32 length.
     async fn extent(&self, kind: RecordKind, offset: u64, len: u64) -> Result<(), ExportError> {
-        let id = self.meta().id;
+        let id = self.with_meta(|m| m.id);
         let chunk = 1u64 << 30;
         let mut done = 0;
         while done < len {
@@ -272,13 +283,13 @@ impl Volume {
     /// The largest read or write the front ends advertise: one log record (so a write of this
     /// size is atomic), whole blocks, at most 32 MiB.
     pub fn max_io_bytes(&self) -> u64 {
-        let bs = self.meta().block_size;
+        let bs = self.with_meta(|m| m.block_size);
         u64::from((self.log.max_payload() / bs * bs).min(32 << 20))
     }
 
     /// The volume's physical block: the store's page, or the block if that is larger.
     pub fn physical_block_bytes(&self) -> u32 {
-        PAGE_BYTES.max(self.meta().block_size)
+        PAGE_BYTES.max(self.with_meta(|m| m.block_size))
     }
 
     /// Allocation of `[offset, offset + len)` clipped to the volume, as runs in order.
@@ -297,6 +308,12 @@ impl Volume {
         r.map_err(|e| ExportError::Io(e.to_string()))?
             .map_err(store_error)
     }
+}
+
+/// What [`Volume::check`] found out.
+#[derive(Debug, Clone, Copy)]
+struct Checked {
+    id: u32,
 }
 
 fn log_error(e: LogError) -> ExportError {
