@@ -546,6 +546,11 @@ impl Writer {
     }
 
     fn execute(&mut self, actions: Vec<Action>) {
+        // After shutdown a finishing device may still free the policy's queued batches; their
+        // waiters were failed already and the job queues are gone.
+        if self.shut {
+            return;
+        }
         for a in actions {
             self.core.account(&a);
             match a {
@@ -624,8 +629,12 @@ impl Writer {
             offset: w.offset,
             batch,
         };
-        if let Err(e) = self.jobs[w.dev].send(job) {
-            for p in e.0.batch {
+        let sent = match self.jobs.get(w.dev) {
+            Some(jobs) => jobs.send(job).map_err(|e| e.0),
+            None => Err(job),
+        };
+        if let Err(job) = sent {
+            for p in job.batch {
                 let _ = p
                     .reply
                     .send(Err(LogError::Failed("log device thread is gone".into())));

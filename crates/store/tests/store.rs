@@ -166,20 +166,26 @@ fn applied(n: &Node) -> u64 {
         .load(std::sync::atomic::Ordering::Relaxed)
 }
 
-/// Write-back: records stay in the log while the writers keep writing (reads see them through
-/// the overlay) and are applied once the writers pause.
-#[test]
-fn the_applier_waits_for_the_writers_to_pause() {
+/// A fresh node on memory disks whose applier defers as configured.
+fn write_back_node(idle_ms: u64, max_delay_ms: u64) -> (tempfile::TempDir, Arc<dyn Disk>, Node) {
     let dir = tempfile::tempdir().unwrap();
     let logs: Vec<Arc<dyn Disk>> = vec![Arc::new(MemDisk::new(1 << 20))];
     Log::format(&logs, &log_cfg(), LOG_ID).unwrap();
     let image: Arc<dyn Disk> = Arc::new(MemDisk::new(SIZE as usize));
     let cfg = StoreConfig {
-        apply_idle_ms: 1000,
-        apply_max_delay_ms: 60_000,
+        apply_idle_ms: idle_ms,
+        apply_max_delay_ms: max_delay_ms,
         ..store_cfg(dir.path())
     };
     let n = open_with(dir.path(), &logs, image.clone(), false, cfg);
+    (dir, image, n)
+}
+
+/// Write-back: records stay in the log while the writers keep writing (reads see them through
+/// the overlay) and are applied once the writers pause.
+#[test]
+fn the_applier_waits_for_the_writers_to_pause() {
+    let (_dir, image, n) = write_back_node(1000, 60_000);
     for i in 0..40u64 {
         assert!(write(&n, i * 512, vec![i as u8 + 1; 512]));
         std::thread::sleep(Duration::from_millis(10));
@@ -204,16 +210,7 @@ fn the_applier_waits_for_the_writers_to_pause() {
 /// ... but a record never waits longer than `apply_max_delay_ms`, however busy the writers.
 #[test]
 fn a_record_waits_at_most_the_maximum_delay() {
-    let dir = tempfile::tempdir().unwrap();
-    let logs: Vec<Arc<dyn Disk>> = vec![Arc::new(MemDisk::new(1 << 20))];
-    Log::format(&logs, &log_cfg(), LOG_ID).unwrap();
-    let image: Arc<dyn Disk> = Arc::new(MemDisk::new(SIZE as usize));
-    let cfg = StoreConfig {
-        apply_idle_ms: 60_000,
-        apply_max_delay_ms: 100,
-        ..store_cfg(dir.path())
-    };
-    let n = open_with(dir.path(), &logs, image, false, cfg);
+    let (_dir, _image, n) = write_back_node(60_000, 100);
     let start = Instant::now();
     let mut i = 0u64;
     while applied(&n) == 0 {
