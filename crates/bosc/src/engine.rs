@@ -116,6 +116,8 @@ pub struct BoscStats {
     pub forced_commits: AtomicU64,
     /// Time callers of `modify` spent in forced commits.
     pub forced_wait_ns: AtomicU64,
+    /// Runs of blocks whose whole image waited in memory, committed first by forced commits.
+    pub image_runs_committed: AtomicU64,
 }
 
 /// What opening found.
@@ -928,7 +930,9 @@ impl<A: BlockApp> Inner<A> {
         let mut forced = false;
         while lock(&self.state).memory_bytes > budget {
             forced = true;
-            if self.commit_cycle()? == 0 {
+            // Blocks whose image waits in memory first: each frees a block's worth per block
+            // written, where a block with queued modifications frees a few dozen bytes.
+            if self.commit_images()? == 0 && self.commit_cycle()? == 0 {
                 break;
             }
             self.evict_clean(budget);
@@ -1136,12 +1140,60 @@ impl<A: BlockApp> Inner<A> {
         runs
     }
 
+    /// Plans runs over the pending blocks whose whole image is in memory (a B+tree split's
+    /// new leaf, a `write`). A B+tree takes its new leaves from the free region in block
+    /// order, so these blocks bunch and commit in dense runs, and committing one frees its
+    /// image — the most memory a block's commit can free. Only while such images hold half
+    /// the queues' memory or more: otherwise the sweep frees as much per cycle, and a cycle of
+    /// a few image runs would pay a checkpoint for little. Leaves the sweep cursor alone.
+    fn plan_images(&self) -> Vec<Run> {
+        let st = lock(&self.state);
+        let mut image_bytes = 0;
+        let mut blocks = Vec::new();
+        for (&b, c) in &st.images {
+            if st.has_pending(b) {
+                image_bytes += c.footprint();
+                blocks.push(b);
+            }
+        }
+        if image_bytes * 2 < st.memory_bytes {
+            return Vec::new();
+        }
+        let mut runs = plan_runs(
+            &blocks,
+            u64::from(self.geo.max_run),
+            self.cfg.min_pending_ratio,
+        );
+        // Only runs worth a sequential I/O: a lone image block is left to the sweep.
+        runs.retain(|r| r.len > 1);
+        runs.truncate(self.cfg.runs_per_cycle.max(1));
+        runs
+    }
+
+    /// A forced commit's first choice (see [`Self::plan_images`]); 0 when it found no run.
+    fn commit_images(&self) -> Result<u64, Error> {
+        let runs = std::cell::Cell::new(0u64);
+        let written = self.commit_planned(&|inner: &Self| {
+            let planned = inner.plan_images();
+            runs.set(planned.len() as u64);
+            planned
+        })?;
+        self.stats
+            .image_runs_committed
+            .fetch_add(runs.get(), Ordering::Relaxed);
+        Ok(written)
+    }
+
     fn commit_cycle(&self) -> Result<u64, Error> {
+        self.commit_planned(&Self::plan)
+    }
+
+    fn commit_planned(&self, plan: &dyn Fn(&Self) -> Vec<Run>) -> Result<u64, Error> {
         let _one = lock(&self.commit_lock);
         if let Some(why) = &lock(&self.state).failed {
             return Err(Error::Failed(why.clone()));
         }
-        let runs = self.plan();
+        let runs = plan(self);
         if runs.is_empty() {
             return Ok(0);
         }
@@ -1289,6 +1341,53 @@ mod tests {
         let mins: BTreeSet<u64> = st.groups.values().filter_map(Group::min_seq).collect();
         assert_eq!(st.firsts, mins);
         assert!(st.groups.values().all(|g| !g.is_empty()));
+    }
+
+    /// Forced commits write the bunched blocks whose whole image waits in memory (a B+tree's
+    /// new leaves) before sweeping: they free the most memory per block written.
+    #[test]
+    fn forced_commits_write_pending_images_first() {
+        let cfg = BoscConfig {
+            block_bytes: 512,
+            block_count: 256,
+            memory_budget_bytes: 16 << 10,
+            max_run: 8,
+            background: None,
+            ..BoscConfig::default()
+        };
+        let log_cfg = LogConfig {
+            segment_bytes: 64 * 1024,
+            t_wait_ns: 0,
+            ..LogConfig::default()
+        };
+        let data: Arc<dyn Disk> = Arc::new(MemDisk::new(0));
+        let log: Arc<dyn Disk> = Arc::new(MemDisk::new(8 << 20));
+        Bosc::<Put>::format(data.as_ref(), &cfg).unwrap();
+        Log::format(&[Arc::clone(&log)], &log_cfg, 1).unwrap();
+        let durability = Durability::OwnLog {
+            devices: vec![log],
+            log: log_cfg,
+            log_id: 1,
+            volume: 1,
+        };
+        let (b, _) = Bosc::open(data, cfg, durability, Arc::new(Put)).unwrap();
+        // Small modifications scattered over the first blocks, whole blocks written in order
+        // after them, as a B+tree's splits fill the free region.
+        for i in 0..400u64 {
+            b.modify(i % 100, &[i as u8; 8]).unwrap();
+            if i % 3 == 0 {
+                let block = 100 + i / 3;
+                b.write(block, &vec![block as u8; 200]).unwrap();
+            }
+        }
+        assert!(b.stats().forced_commits.load(Ordering::Relaxed) > 0);
+        assert!(b.stats().image_runs_committed.load(Ordering::Relaxed) > 0);
+        for block in [100u64, 150, 233] {
+            let got = b.query(block, |p| p[..200].to_vec()).unwrap();
+            assert_eq!(got, vec![block as u8; 200], "block {block}");
+        }
+        let got = b.query(99, |p| p[..8].to_vec()).unwrap();
+        assert_eq!(got, vec![399u64 as u8; 8]);
     }
 
     /// The accounting holds through queueing (short and long modifications, whole-block
