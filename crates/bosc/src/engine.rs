@@ -1377,7 +1377,7 @@ mod tests {
             b.modify(i % 100, &[i as u8; 8]).unwrap();
             if i % 3 == 0 {
                 let block = 100 + i / 3;
-                b.write(block, &vec![block as u8; 200]).unwrap();
+                b.write(block, &[block as u8; 200]).unwrap();
             }
         }
         assert!(b.stats().forced_commits.load(Ordering::Relaxed) > 0);
