@@ -1343,18 +1343,8 @@ mod tests {
         assert!(st.groups.values().all(|g| !g.is_empty()));
     }
 
-    /// Forced commits write the bunched blocks whose whole image waits in memory (a B+tree's
-    /// new leaves) before sweeping: they free the most memory per block written.
-    #[test]
-    fn forced_commits_write_pending_images_first() {
-        let cfg = BoscConfig {
-            block_bytes: 512,
-            block_count: 256,
-            memory_budget_bytes: 16 << 10,
-            max_run: 8,
-            background: None,
-            ..BoscConfig::default()
-        };
+    /// A formatted engine on memory disks, in own-log mode.
+    fn own_log_engine(cfg: BoscConfig) -> Bosc<Put> {
         let log_cfg = LogConfig {
             segment_bytes: 64 * 1024,
             t_wait_ns: 0,
@@ -1370,7 +1360,22 @@ mod tests {
             log_id: 1,
             volume: 1,
         };
-        let (b, _) = Bosc::open(data, cfg, durability, Arc::new(Put)).unwrap();
+        Bosc::open(data, cfg, durability, Arc::new(Put)).unwrap().0
+    }
+
+    /// Forced commits write the bunched blocks whose whole image waits in memory (a B+tree's
+    /// new leaves) before sweeping: they free the most memory per block written.
+    #[test]
+    fn forced_commits_write_pending_images_first() {
+        let cfg = BoscConfig {
+            block_bytes: 512,
+            block_count: 256,
+            memory_budget_bytes: 16 << 10,
+            max_run: 8,
+            background: None,
+            ..BoscConfig::default()
+        };
+        let b = own_log_engine(cfg);
         // Small modifications scattered over the first blocks, whole blocks written in order
         // after them, as a B+tree's splits fill the free region.
         for i in 0..400u64 {
@@ -1404,22 +1409,7 @@ mod tests {
             background: None,
             ..BoscConfig::default()
         };
-        let log_cfg = LogConfig {
-            segment_bytes: 64 * 1024,
-            t_wait_ns: 0,
-            ..LogConfig::default()
-        };
-        let data: Arc<dyn Disk> = Arc::new(MemDisk::new(0));
-        let log: Arc<dyn Disk> = Arc::new(MemDisk::new(4 << 20));
-        Bosc::<Put>::format(data.as_ref(), &cfg).unwrap();
-        Log::format(&[Arc::clone(&log)], &log_cfg, 1).unwrap();
-        let durability = Durability::OwnLog {
-            devices: vec![log],
-            log: log_cfg,
-            log_id: 1,
-            volume: 1,
-        };
-        let (b, _) = Bosc::open(data, cfg, durability, Arc::new(Put)).unwrap();
+        let b = own_log_engine(cfg);
         for i in 0..200u64 {
             let len = if i % 3 == 0 { 100 } else { 12 };
             b.modify(i % 40, &vec![i as u8; len]).unwrap();
