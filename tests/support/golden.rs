@@ -55,3 +55,16 @@ fn first_difference(a: &[u8], b: &[u8]) -> Option<usize> {
         .position(|(x, y)| x != y)
         .or((a.len() != b.len()).then(|| a.len().min(b.len())))
 }
+
+/// Every single-byte damage of `bytes`: each byte XORed with 0x01, 0x80 and 0xff in turn.
+/// `check` gets the damaged copy, the byte's index and the mask, and asserts it is caught.
+#[allow(dead_code)] // not every including crate damages bytes
+pub fn each_damaged_byte(bytes: &[u8], mut check: impl FnMut(&[u8], usize, u8)) {
+    for i in 0..bytes.len() {
+        for mask in [0x01u8, 0x80, 0xff] {
+            let mut c = bytes.to_vec();
+            c[i] ^= mask;
+            check(&c, i, mask);
+        }
+    }
+}

@@ -178,19 +178,7 @@ fn half_done_split_is_repaired_at_open() {
     drop(tree);
     // Do by hand what a split does, and stop between the two halves: the new leaf exists,
     // the old one still holds the moved records.
-    let durability = Durability::OwnLog {
-        devices: vec![Arc::clone(&disks.log_disk)],
-        log: log_cfg(),
-        log_id: LOG_ID,
-        volume: 9,
-    };
-    let (bosc, _) = Bosc::open(
-        Arc::clone(&disks.data_disk),
-        c.clone(),
-        durability,
-        Arc::new(LeafApp),
-    )
-    .unwrap();
+    let bosc = open_engine(&disks, &c);
     let upper: Vec<_> = (cap / 2..cap).map(|l| (Key::new(1, l, 0), l)).collect();
     let payload = mariner_bosc::btree::leaf_payload(bosc.payload_bytes(), upper[0].0, &upper);
     bosc.write(BLOCKS - 1, &payload).unwrap();

@@ -32,7 +32,7 @@ const ALIGN: u64 = 512;
 
 #[path = "../../../tests/support/golden.rs"]
 mod support;
-use support::golden;
+use support::{each_damaged_byte, golden};
 
 // ---------------------------------------------------------------------------------------------
 // The fixed values
@@ -346,37 +346,29 @@ fn batch_matches_its_golden_file_and_parses_back() {
 fn every_damaged_byte_of_a_golden_record_is_caught() {
     for r in records() {
         let committed = golden(r.file, &encode_record(&r.header, &r.payload));
-        for i in 0..committed.len() {
-            for mask in [0x01u8, 0x80, 0xff] {
-                let mut c = committed.clone();
-                c[i] ^= mask;
-                for expected in [None, Some(GENERATION)] {
-                    let ok = RecordHeader::decode(&c, LOG_ID, expected)
-                        .and_then(|h| h.verify_payload(&c[RECORD_HEADER_LEN..]));
-                    assert!(
-                        ok.is_err(),
-                        "{}: byte {i} ^ {mask:#04x} went unnoticed (expected generation {expected:?})",
-                        r.file
-                    );
-                }
+        each_damaged_byte(&committed, |c, i, mask| {
+            for expected in [None, Some(GENERATION)] {
+                let ok = RecordHeader::decode(c, LOG_ID, expected)
+                    .and_then(|h| h.verify_payload(&c[RECORD_HEADER_LEN..]));
+                assert!(
+                    ok.is_err(),
+                    "{}: byte {i} ^ {mask:#04x} went unnoticed (expected generation {expected:?})",
+                    r.file
+                );
             }
-        }
+        });
     }
 }
 
 #[test]
 fn every_damaged_byte_of_the_golden_superblock_is_caught() {
     let committed = golden("superblock.bin", &superblock().encode());
-    for i in 0..committed.len() {
-        for mask in [0x01u8, 0x80, 0xff] {
-            let mut c = committed.clone();
-            c[i] ^= mask;
-            assert!(
-                Superblock::decode(&c).is_err(),
-                "byte {i} ^ {mask:#04x} went unnoticed"
-            );
-        }
-    }
+    each_damaged_byte(&committed, |c, i, mask| {
+        assert!(
+            Superblock::decode(c).is_err(),
+            "byte {i} ^ {mask:#04x} went unnoticed"
+        );
+    });
 }
 
 /// Damage inside a record ends the parse before that record; the zero padding after the last

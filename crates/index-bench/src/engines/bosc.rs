@@ -113,6 +113,10 @@ pub(super) fn engine_notes<A: BlockApp>(b: &Bosc<A>) -> Map<String, Value> {
     m.insert("blocks_written".into(), json!(n(&s.blocks_written)));
     m.insert("forced_commits".into(), json!(n(&s.forced_commits)));
     m.insert(
+        "image_runs_committed".into(),
+        json!(n(&s.image_runs_committed)),
+    );
+    m.insert(
         "forced_wait_s".into(),
         json!(n(&s.forced_wait_ns) as f64 / 1e9),
     );
@@ -174,10 +178,7 @@ impl BoscBtree {
     /// The queues get what the tree's own structures leave of the budget.
     fn rebudget(&self) -> Result<(), BenchError> {
         let t = self.tree()?;
-        let queues = self
-            .budget
-            .saturating_sub(t.router_bytes())
-            .max(self.budget / 4);
+        let queues = super::queue_budget(self.budget, t.router_bytes());
         t.bosc().set_memory_budget(queues);
         Ok(())
     }
@@ -223,24 +224,13 @@ impl Engine for BoscBtree {
         };
         let mut m = engine_notes(t.bosc());
         let s = t.stats();
+        let n = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
         m.insert("leaves".into(), json!(t.leaf_count()));
         m.insert("router_bytes".into(), json!(t.router_bytes()));
-        m.insert(
-            "splits_in_memory".into(),
-            json!(s.splits_in_memory.load(Ordering::Relaxed)),
-        );
-        m.insert(
-            "splits_with_read".into(),
-            json!(s.splits_with_read.load(Ordering::Relaxed)),
-        );
-        m.insert(
-            "counts_refreshed".into(),
-            json!(s.counts_refreshed.load(Ordering::Relaxed)),
-        );
-        m.insert(
-            "leaves_prefetched".into(),
-            json!(s.leaves_prefetched.load(Ordering::Relaxed)),
-        );
+        m.insert("splits_in_memory".into(), json!(n(&s.splits_in_memory)));
+        m.insert("splits_with_read".into(), json!(n(&s.splits_with_read)));
+        m.insert("counts_refreshed".into(), json!(n(&s.counts_refreshed)));
+        m.insert("leaves_prefetched".into(), json!(n(&s.leaves_prefetched)));
         m
     }
 

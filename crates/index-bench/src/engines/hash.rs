@@ -74,10 +74,7 @@ impl BoscHashEngine {
     /// The queues get what the page counts leave of the budget.
     fn rebudget(&self) -> Result<(), BenchError> {
         let t = self.table()?;
-        let queues = self
-            .budget
-            .saturating_sub(t.counts_bytes())
-            .max(self.budget / 4);
+        let queues = super::queue_budget(self.budget, t.counts_bytes());
         t.bosc().set_memory_budget(queues);
         Ok(())
     }
@@ -97,10 +94,6 @@ impl Engine for BoscHashEngine {
 
     fn get(&mut self, key: Key) -> Result<Option<u64>, BenchError> {
         Ok(self.table()?.get(pack(key))?)
-    }
-
-    fn range(&mut self, _: Key, _: Key) -> Result<Option<Vec<(Key, u64)>>, BenchError> {
-        Ok(None)
     }
 
     fn reopen(&mut self) -> Result<Reopened, BenchError> {
@@ -201,10 +194,6 @@ impl Engine for PlainHashEngine {
 
     fn get(&mut self, key: Key) -> Result<Option<u64>, BenchError> {
         Ok(self.table()?.get(pack(key))?)
-    }
-
-    fn range(&mut self, _: Key, _: Key) -> Result<Option<Vec<(Key, u64)>>, BenchError> {
-        Ok(None)
     }
 
     fn reopen(&mut self) -> Result<Reopened, BenchError> {

@@ -42,8 +42,11 @@ pub trait Engine {
     fn write_batch(&mut self, batch: &[(Key, u64)]) -> Result<(), BenchError>;
     /// Point query.
     fn get(&mut self, key: Key) -> Result<Option<u64>, BenchError>;
-    /// Records in `[from, to)` in key order; `None` where the engine has no range queries.
-    fn range(&mut self, from: Key, to: Key) -> Result<Option<Vec<(Key, u64)>>, BenchError>;
+    /// Records in `[from, to)` in key order; `None` (the default) where the engine has no
+    /// range queries.
+    fn range(&mut self, _from: Key, _to: Key) -> Result<Option<Vec<(Key, u64)>>, BenchError> {
+        Ok(None)
+    }
     /// Closes (BOSC: without committing its queues, as after a crash) and opens again.
     fn reopen(&mut self) -> Result<Reopened, BenchError>;
     /// Counters worth reporting.
@@ -95,4 +98,10 @@ fn remove_old(path: &Path) -> Result<(), BenchError> {
 
 fn budget_usize(cfg: &Config) -> usize {
     usize::try_from(cfg.budget_bytes).unwrap_or(usize::MAX)
+}
+
+/// What a BOSC engine's queues get of `budget` once the index's own in-memory structures
+/// (`own` bytes) are paid for; never less than a quarter of it.
+pub(crate) fn queue_budget(budget: usize, own: usize) -> usize {
+    budget.saturating_sub(own).max(budget / 4)
 }
