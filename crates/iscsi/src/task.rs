@@ -60,7 +60,7 @@ pub(crate) async fn run(lun: Arc<Lun>, nexus: Arc<Nexus>, mut cmd: Command) -> C
         let sense = Sense::new(SenseKey::IllegalRequest, Asc::LOGICAL_UNIT_NOT_SUPPORTED);
         return Completion::check(&cmd, sense, 0, 0);
     }
-    let block_size = lun.geometry().block_size;
+    let block_size = lun.block_size();
     let expected_out = data_out_len(&cmd.cdb, block_size).unwrap_or(0);
     let edtl = u64::from(cmd.edtl);
     let parsed = Cdb::parse(&cmd.cdb);

@@ -126,6 +126,10 @@ fn naa_id(id: u32, created_ns: u64) -> [u8; 16] {
 
 #[async_trait]
 impl BlockBackend for Volume {
+    fn block_size(&self) -> u32 {
+        self.with_meta(|m| m.block_size)
+    }
+
     fn geometry(&self) -> Geometry {
         let (id, created_ns, size_bytes, block_size, read_only) = self.with_meta(|m| {
             let (bs, ro) = (m.block_size, m.read_only);
@@ -147,14 +151,14 @@ impl BlockBackend for Volume {
     }
 
     async fn read(&self, lba: u64, blocks: u32) -> Result<Vec<u8>, BackendError> {
-        let bs = u64::from(self.with_meta(|m| m.block_size));
+        let bs = u64::from(BlockBackend::block_size(self));
         self.read_bytes(lba * bs, u64::from(blocks) * bs)
             .await
             .map_err(read_error)
     }
 
     async fn write(&self, lba: u64, data: Bytes) -> Result<(), BackendError> {
-        let bs = u64::from(self.with_meta(|m| m.block_size));
+        let bs = u64::from(BlockBackend::block_size(self));
         self.write_bytes(lba * bs, data).await.map_err(write_error)
     }
 
@@ -167,7 +171,7 @@ impl BlockBackend for Volume {
     }
 
     async fn unmap(&self, lba: u64, blocks: u64) -> Result<(), BackendError> {
-        let bs = u64::from(self.with_meta(|m| m.block_size));
+        let bs = u64::from(BlockBackend::block_size(self));
         self.trim_bytes(lba * bs, blocks * bs)
             .await
             .map_err(write_error)
@@ -179,7 +183,7 @@ impl BlockBackend for Volume {
         expected: &[u8],
         data: &[u8],
     ) -> Result<CompareOutcome, BackendError> {
-        let bs = u64::from(self.with_meta(|m| m.block_size));
+        let bs = u64::from(BlockBackend::block_size(self));
         let outcome =
             Volume::compare_and_write(self, lba * bs, expected, Bytes::copy_from_slice(data))
                 .await
@@ -191,14 +195,14 @@ impl BlockBackend for Volume {
     }
 
     async fn or_write(&self, lba: u64, data: &[u8]) -> Result<(), BackendError> {
-        let bs = u64::from(self.with_meta(|m| m.block_size));
+        let bs = u64::from(BlockBackend::block_size(self));
         Volume::or_write(self, lba * bs, data)
             .await
             .map_err(write_error)
     }
 
     async fn lba_status(&self, lba: u64) -> Result<(Provisioning, u64), BackendError> {
-        let bs = u64::from(self.with_meta(|m| m.block_size));
+        let bs = u64::from(BlockBackend::block_size(self));
         let runs = self
             .allocation(lba * bs, LBA_STATUS_SPAN_BYTES)
             .await

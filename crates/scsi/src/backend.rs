@@ -89,6 +89,11 @@ pub enum Provisioning {
 pub trait BlockBackend: Send + Sync {
     /// Current geometry; read on every command (cheap, may change between commands).
     fn geometry(&self) -> Geometry;
+    /// The logical block size alone: asked for every command, so a backend whose geometry
+    /// costs more to build (strings, locks) may answer it directly.
+    fn block_size(&self) -> u32 {
+        self.geometry().block_size
+    }
     /// Reads `blocks` blocks starting at `lba`.
     async fn read(&self, lba: u64, blocks: u32) -> Result<Vec<u8>, BackendError>;
     /// Writes whole blocks at `lba`; the data is durable when this returns. The buffer is

@@ -214,6 +214,11 @@ impl Lun {
         self.backend.geometry()
     }
 
+    /// The logical block size ([`BlockBackend::block_size`]).
+    pub fn block_size(&self) -> u32 {
+        self.backend.block_size()
+    }
+
     /// Executes a WRITE or WRITE AND VERIFY truncated to the whole blocks of `data_out`,
     /// for a transport whose expected transfer length is shorter than the CDB asks (FCP-4
     /// and iSCSI: process the command without transferring data beyond that length).
