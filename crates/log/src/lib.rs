@@ -19,6 +19,7 @@ pub mod stats;
 
 mod error;
 mod recover;
+mod replay;
 mod writer;
 
 use std::sync::{Arc, Mutex};
@@ -33,6 +34,7 @@ pub use error::{FormatError, LogError};
 pub use format::{LogAddr, RecordHeader, RecordKind, Superblock, DATA_OFFSET, RECORD_HEADER_LEN};
 pub use mariner_placement::LinearModel;
 pub use recover::Recovery;
+pub use replay::ReplayPlan;
 pub use scan::Found;
 pub use stats::{Histogram, LogStats};
 pub use writer::Dispatch;
@@ -239,6 +241,44 @@ impl Log {
         after_ts: u64,
         sink: Arc<dyn DurableSink>,
     ) -> Result<(Self, Recovery), LogError> {
+        Self::open_with(devices, cfg, log_id, (after_seq, after_ts), sink, true)
+    }
+
+    /// [`Log::open`] for a consumer with many records above its watermark: recovery keeps
+    /// only their sequence numbers ([`Recovery::records`] is empty) and the consumer reads
+    /// them, in sequence order and with their payloads, with [`Log::replay`] before it
+    /// releases anything.
+    pub fn open_streaming(
+        devices: Vec<Arc<dyn Disk>>,
+        cfg: LogConfig,
+        log_id: u128,
+        after_seq: u64,
+        after_ts: u64,
+        sink: Arc<dyn DurableSink>,
+    ) -> Result<(Self, Recovery), LogError> {
+        Self::open_with(devices, cfg, log_id, (after_seq, after_ts), sink, false)
+    }
+
+    /// Hands every record above the watermark that recovery found (those of `plan`,
+    /// [`Recovery::replay`]) to `f` in sequence order, with its checked payload; returns how
+    /// many. Reads one segment per device at a time. Call it before [`Log::release`] lets
+    /// their segments be reused.
+    pub fn replay<E: From<LogError>>(
+        &self,
+        plan: &ReplayPlan,
+        f: impl FnMut(&Found, &[u8]) -> Result<(), E>,
+    ) -> Result<u64, E> {
+        replay::replay(&self.inner.devices, &self.inner.sb, plan, f)
+    }
+
+    fn open_with(
+        devices: Vec<Arc<dyn Disk>>,
+        cfg: LogConfig,
+        log_id: u128,
+        (after_seq, after_ts): (u64, u64),
+        sink: Arc<dyn DurableSink>,
+        keep_records: bool,
+    ) -> Result<(Self, Recovery), LogError> {
         check_config(&cfg)?;
         let sbs = check_superblocks(&devices, log_id)?;
         let sb = sbs[0];
@@ -248,7 +288,8 @@ impl Log {
                 sb.align_bytes, cfg.align_bytes
             )));
         }
-        let (recovery, mut resume) = recover::recover(&devices, &sbs, after_seq, after_ts)?;
+        let (recovery, mut resume) =
+            recover::recover(&devices, &sbs, after_seq, after_ts, keep_records)?;
         for (dev, (disk, start)) in devices.iter().zip(resume.starts.iter_mut()).enumerate() {
             start.generation = raise_generation_floor(disk.as_ref(), dev, start.generation)?;
         }

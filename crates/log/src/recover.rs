@@ -26,6 +26,7 @@ use mariner_disk::Disk;
 use mariner_placement::DeviceStart;
 
 use crate::format::Superblock;
+use crate::replay::ReplayPlan;
 use crate::scan::{scan_device_with, Found, SegmentSummary, Stop, Visit};
 use crate::LogError;
 
@@ -45,6 +46,8 @@ pub struct Recovery {
     /// Segments whose parse stopped at a damaged record (torn tails).
     pub torn_tails: u64,
     pub elapsed: Duration,
+    /// Where the records above the watermark lie, for [`crate::Log::replay`].
+    pub replay: ReplayPlan,
 }
 
 pub(crate) struct Resume {
@@ -52,15 +55,18 @@ pub(crate) struct Resume {
     pub in_use: Vec<VecDeque<(u64, u64)>>,
 }
 
-/// Scans every device (in parallel) and merges what it finds.
+/// Scans every device (in parallel) and merges what it finds. `keep_records`: the records
+/// above the watermark go to [`Recovery::records`]; otherwise only their sequence numbers are
+/// kept (for the gaps) and the caller replays them with [`crate::Log::replay`].
 pub(crate) fn recover(
     devices: &[Arc<dyn Disk>],
     sbs: &[Superblock],
     after_seq: u64,
     after_ts: u64,
+    keep_records: bool,
 ) -> Result<(Recovery, Resume), LogError> {
     let start = Instant::now();
-    let scans = scan_all(devices, sbs, after_seq)?;
+    let scans = scan_all(devices, sbs, after_seq, keep_records)?;
     let mut rec = Recovery {
         last_seq: after_seq,
         last_ts: after_ts,
@@ -70,10 +76,16 @@ pub(crate) fn recover(
         starts: Vec::new(),
         in_use: Vec::new(),
     };
+    let mut seqs = Vec::new();
+    rec.replay.after_seq = after_seq;
     for (mut scan, sb) in scans.into_iter().zip(sbs) {
         let (start, in_use) = scan.resume(sb);
+        rec.replay
+            .segments
+            .push(in_use.iter().map(|&(segment, _)| segment).collect());
         resume.starts.push(start);
         resume.in_use.push(in_use);
+        seqs.append(&mut scan.above_seqs);
         absorb(&mut rec, scan);
     }
     // Devices are scanned in order and each in address order, so among equal sequence numbers
@@ -81,7 +93,17 @@ pub(crate) fn recover(
     // the stable sort's buffer.
     rec.records.sort_unstable_by_key(|f| (f.header.seq, f.addr));
     rec.records.dedup_by_key(|f| f.header.seq);
-    rec.voided = gaps(&rec.records, after_seq, rec.last_seq);
+    if keep_records {
+        rec.voided = gaps(
+            rec.records.iter().map(|f| f.header.seq),
+            after_seq,
+            rec.last_seq,
+        );
+    } else {
+        seqs.sort_unstable();
+        seqs.dedup();
+        rec.voided = gaps(seqs.into_iter(), after_seq, rec.last_seq);
+    }
     rec.elapsed = start.elapsed();
     Ok((rec, resume))
 }
@@ -90,6 +112,7 @@ fn scan_all(
     devices: &[Arc<dyn Disk>],
     sbs: &[Superblock],
     after_seq: u64,
+    keep_records: bool,
 ) -> Result<Vec<DeviceScan>, LogError> {
     std::thread::scope(|s| {
         let handles: Vec<_> = devices
@@ -98,7 +121,7 @@ fn scan_all(
             .enumerate()
             .map(|(dev, (disk, sb))| {
                 s.spawn(move || {
-                    let mut scan = DeviceScan::new(after_seq);
+                    let mut scan = DeviceScan::new(after_seq, keep_records);
                     scan_device_with(disk.as_ref(), dev as u8, sb, &mut scan).map(|()| scan)
                 })
             })
@@ -120,8 +143,11 @@ fn scan_all(
 #[derive(Default)]
 struct DeviceScan {
     after_seq: u64,
-    /// Records above the watermark, in device order.
+    keep_records: bool,
+    /// Records above the watermark, in device order (when kept).
     above: Vec<Found>,
+    /// Their sequence numbers only (when the records are not kept).
+    above_seqs: Vec<u64>,
     /// Written segments holding a record above the watermark: (generation, segment, max_seq).
     in_use: Vec<(u64, u64, u64)>,
     /// The written segment of the highest generation: (generation, segment).
@@ -134,9 +160,10 @@ struct DeviceScan {
 }
 
 impl DeviceScan {
-    fn new(after_seq: u64) -> Self {
+    fn new(after_seq: u64, keep_records: bool) -> Self {
         Self {
             after_seq,
+            keep_records,
             ..Self::default()
         }
     }
@@ -167,8 +194,13 @@ impl DeviceScan {
 
 impl Visit for DeviceScan {
     fn record(&mut self, found: &Found) {
-        if found.header.seq > self.after_seq {
+        if found.header.seq <= self.after_seq {
+            return;
+        }
+        if self.keep_records {
             self.above.push(*found);
+        } else {
+            self.above_seqs.push(found.header.seq);
         }
     }
 
@@ -202,12 +234,14 @@ fn absorb(rec: &mut Recovery, mut scan: DeviceScan) {
     }
 }
 
-fn gaps(records: &[Found], after_seq: u64, last_seq: u64) -> Vec<u64> {
+/// The sequence numbers between the watermark and `last_seq` missing from `seqs` (sorted,
+/// distinct).
+fn gaps(seqs: impl Iterator<Item = u64>, after_seq: u64, last_seq: u64) -> Vec<u64> {
     let mut out = Vec::new();
     let mut expect = after_seq + 1;
-    for f in records {
-        out.extend(expect..f.header.seq);
-        expect = f.header.seq + 1;
+    for seq in seqs {
+        out.extend(expect..seq);
+        expect = seq + 1;
     }
     out.extend(expect..=last_seq);
     out
@@ -235,8 +269,12 @@ mod tests {
             },
             addr: crate::LogAddr::NONE,
         };
-        assert_eq!(gaps(&[f(11), f(13)], 10, 15), vec![12, 14, 15]);
-        assert_eq!(gaps(&[], 10, 10), Vec::<u64>::new());
+        let found = [f(11), f(13)];
+        assert_eq!(
+            gaps(found.iter().map(|f| f.header.seq), 10, 15),
+            vec![12, 14, 15]
+        );
+        assert_eq!(gaps(std::iter::empty(), 10, 10), Vec::<u64>::new());
     }
 
     fn summary(segment: u64, generation: Option<u64>, max_seq: u64, stop: Stop) -> SegmentSummary {
@@ -255,7 +293,7 @@ mod tests {
     /// above the watermark (10), 2 all at or below it, 4 never written.
     #[test]
     fn a_device_resumes_after_its_newest_segment_keeping_those_above_the_watermark() {
-        let mut scan = DeviceScan::new(10);
+        let mut scan = DeviceScan::new(10, true);
         scan.segment(&summary(0, Some(7), 14, Stop::NoRecord));
         scan.segment(&summary(1, Some(8), 18, Stop::BadPayload));
         scan.segment(&summary(2, Some(5), 9, Stop::End));
@@ -281,7 +319,7 @@ mod tests {
         assert_eq!((scan.last_seq, scan.last_ts, scan.torn_tails), (18, 180, 2));
         assert_eq!((scan.segments_scanned, scan.bytes_scanned), (5, 5 * 512));
 
-        let (start, in_use) = DeviceScan::new(0).resume(&sb);
+        let (start, in_use) = DeviceScan::new(0, true).resume(&sb);
         assert_eq!(
             (start.segment, start.generation, start.free_segments),
             (4, 0, 5)

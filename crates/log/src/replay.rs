@@ -1,0 +1,126 @@
+//! Streaming replay: the records recovery found above the watermark, in sequence order, each
+//! with its payload, read segment by segment. A consumer with many records above its watermark
+//! (BOSC's own log holds every pending modification) opens with [`crate::Log::open_streaming`]
+//! and replays, so recovery costs one segment buffer per device instead of a header per
+//! record plus a read per payload.
+//!
+//! Order: on one device, segments are written in generation order and records within a
+//! segment in sequence order, so each device's in-use segments, oldest generation first, yield
+//! increasing sequence numbers; the devices' streams are merged by sequence number. The
+//! segments are parsed exactly as the first pass of recovery parsed them (nothing writes into
+//! them in between: every device resumes in a fresh segment), so the same records come out:
+//! the same torn tails and stale generations end a segment. Equal sequence numbers (impossible
+//! by construction) keep the first device's, as [`crate::Recovery::records`] does.
+
+use std::sync::Arc;
+
+use mariner_disk::{AlignedBuf, Disk};
+
+use crate::format::{Superblock, RECORD_HEADER_LEN};
+use crate::scan::{parse_segment_with, Found};
+use crate::LogError;
+
+/// Which segments hold records above the watermark: what [`crate::Log::replay`] reads.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReplayPlan {
+    pub(crate) after_seq: u64,
+    /// Per device, its in-use segments, oldest generation first.
+    pub(crate) segments: Vec<Vec<u64>>,
+}
+
+impl ReplayPlan {
+    /// Per device, the segments the replay will read, in the order it reads them.
+    pub fn segments(&self) -> &[Vec<u64>] {
+        &self.segments
+    }
+}
+
+/// One device's stream: the records above the watermark of the segment in `buf`.
+struct Cursor<'a> {
+    disk: &'a dyn Disk,
+    dev: u8,
+    segments: std::slice::Iter<'a, u64>,
+    buf: AlignedBuf,
+    base: u64,
+    records: Vec<Found>,
+    next: usize,
+}
+
+impl Cursor<'_> {
+    /// The sequence number of this device's next record, reading segments as needed.
+    fn peek(&mut self, sb: &Superblock, after_seq: u64) -> Result<Option<u64>, LogError> {
+        while self.next == self.records.len() {
+            let Some(&segment) = self.segments.next() else {
+                return Ok(None);
+            };
+            self.base = sb.segment_offset(segment);
+            let dev = usize::from(self.dev);
+            self.disk
+                .read_at(&mut self.buf, self.base)
+                .map_err(|source| LogError::Io { dev, source })?;
+            self.records.clear();
+            self.next = 0;
+            let records = &mut self.records;
+            parse_segment_with(sb.log_id, self.dev, segment, self.base, &self.buf, |f| {
+                if f.header.seq > after_seq {
+                    records.push(*f);
+                }
+            });
+        }
+        Ok(Some(self.records[self.next].header.seq))
+    }
+
+    /// Takes the record [`Self::peek`] announced, with its payload (checked by the parse).
+    fn take(&mut self) -> (Found, &[u8]) {
+        let f = self.records[self.next];
+        self.next += 1;
+        let at = (f.addr.offset() - self.base) as usize + RECORD_HEADER_LEN;
+        (f, &self.buf[at..at + f.header.payload_len as usize])
+    }
+}
+
+/// Hands every record of `plan` to `f` in sequence order; returns how many.
+pub(crate) fn replay<E: From<LogError>>(
+    devices: &[Arc<dyn Disk>],
+    sb: &Superblock,
+    plan: &ReplayPlan,
+    mut f: impl FnMut(&Found, &[u8]) -> Result<(), E>,
+) -> Result<u64, E> {
+    let mut cursors = Vec::with_capacity(devices.len());
+    for (dev, (disk, segments)) in devices.iter().zip(&plan.segments).enumerate() {
+        let align = (sb.align_bytes as usize).max(disk.alignment()).max(512);
+        let buf = AlignedBuf::new(sb.segment_bytes as usize, align)
+            .map_err(|source| LogError::Io { dev, source })?;
+        cursors.push(Cursor {
+            disk: disk.as_ref(),
+            dev: u8::try_from(dev).map_err(|_| LogError::Config("too many devices".into()))?,
+            segments: segments.iter(),
+            buf,
+            base: 0,
+            records: Vec::new(),
+            next: 0,
+        });
+    }
+    let mut count = 0;
+    let mut last = None;
+    loop {
+        let mut best: Option<(u64, usize)> = None;
+        for (i, c) in cursors.iter_mut().enumerate() {
+            if let Some(seq) = c.peek(sb, plan.after_seq)? {
+                if best.is_none_or(|(s, _)| seq < s) {
+                    best = Some((seq, i));
+                }
+            }
+        }
+        let Some((seq, i)) = best else {
+            return Ok(count);
+        };
+        let (found, payload) = cursors[i].take();
+        if last == Some(seq) {
+            continue;
+        }
+        last = Some(seq);
+        f(&found, payload)?;
+        count += 1;
+    }
+}
