@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use mariner_disk::Disk;
-use mariner_log::{Durable, DurableSink, Entry, Found, Log, LogConfig, RecordKind};
+use mariner_log::{Durable, DurableSink, Entry, Log, LogConfig, RecordKind, ReplayPlan};
 
 use crate::format::{
     check_block, seal_block, Checkpoint, CheckpointError, DiskId, Geometry, LoggedMod, Op,
@@ -87,6 +87,10 @@ pub struct BoscConfig {
     pub memory_budget_bytes: usize,
     /// Runs committed per cycle before the checkpoint is written.
     pub runs_per_cycle: usize,
+    /// Runs the double-write area holds (part of the disk's geometry): a cycle's runs are
+    /// double-written and written in place in batches of this many, one pair of syncs per
+    /// batch instead of per run.
+    pub dw_runs: u16,
     /// `Some(interval)`: a background thread runs the commit cycle. `None`: only
     /// [`Bosc::commit_cycle`] and forced commits do (deterministic tests).
     pub background: Option<Duration>,
@@ -101,6 +105,7 @@ impl Default for BoscConfig {
             min_pending_ratio: 0.5,
             memory_budget_bytes: 64 << 20,
             runs_per_cycle: 64,
+            dw_runs: 8,
             background: Some(Duration::from_millis(10)),
         }
     }
@@ -112,6 +117,8 @@ pub struct BoscStats {
     pub modifications: AtomicU64,
     pub applied_in_memory: AtomicU64,
     pub runs_committed: AtomicU64,
+    /// Double-write batches (one pair of syncs each) the runs were written in.
+    pub batches_written: AtomicU64,
     pub blocks_written: AtomicU64,
     pub forced_commits: AtomicU64,
     /// Time callers of `modify` spent in forced commits.
@@ -295,6 +302,9 @@ struct Inner<A> {
     /// Queries read the disk under `read`; commit drops committed entries under `write`, so a
     /// query never pairs a stale disk image with a queue that already lost its entries.
     gate: RwLock<()>,
+    /// Run buffers of the commit pipeline, reused: allocated per run and freed on another
+    /// thread, they left the allocator's per-thread arenas holding tens of MB.
+    run_bufs: Mutex<Vec<Vec<u8>>>,
     stats: BoscStats,
 }
 
@@ -333,15 +343,20 @@ fn apply_op<A: BlockApp>(app: &A, block: u64, image: &mut [u8], op: Op, bytes: &
 }
 
 fn geometry(cfg: &BoscConfig) -> Result<Geometry, Error> {
-    if cfg.block_bytes < 512 || !cfg.block_bytes.is_power_of_two() || cfg.max_run == 0 {
+    if cfg.block_bytes < 512
+        || !cfg.block_bytes.is_power_of_two()
+        || cfg.max_run == 0
+        || cfg.dw_runs == 0
+    {
         return Err(Error::Config(
-            "block size a power of two >= 512, max_run >= 1".into(),
+            "block size a power of two >= 512, max_run >= 1, dw_runs >= 1".into(),
         ));
     }
     Ok(Geometry {
         block_bytes: cfg.block_bytes,
         block_count: cfg.block_count,
         max_run: cfg.max_run,
+        dw_runs: cfg.dw_runs,
     })
 }
 
@@ -400,7 +415,7 @@ impl<A: BlockApp> Bosc<A> {
             durable_ckpt: ck.checkpoint,
             ..State::default()
         };
-        let mut replay = Vec::new();
+        let mut replay = None;
         let log = match durability {
             Durability::Caller => None,
             Durability::OwnLog {
@@ -410,21 +425,12 @@ impl<A: BlockApp> Bosc<A> {
                 volume,
             } => {
                 let (log, rec) =
-                    Log::open(devices, log, log_id, ck.checkpoint, 0, Arc::new(NoSink))?;
+                    Log::open_streaming(devices, log, log_id, ck.checkpoint, 0, Arc::new(NoSink))?;
                 state.max_seen = rec.last_seq.max(ck.checkpoint);
-                let found: Vec<&Found> = rec
-                    .records
-                    .iter()
-                    .filter(|f| f.header.kind == RecordKind::Write && f.header.volume == volume)
-                    .collect();
-                report.records_scanned = found.len() as u64;
-                replay = replay_window(&log, &found, ck.checkpoint)?;
-                drop(found);
-                drop(rec);
+                replay = Some(rec.replay);
                 Some((log, volume))
             }
         };
-        report.records_requeued = replay.len() as u64;
         let cfg_budget = cfg.memory_budget_bytes;
         let inner = Arc::new(Inner {
             app,
@@ -439,13 +445,13 @@ impl<A: BlockApp> Bosc<A> {
             commit_lock: Mutex::new(()),
             budget: AtomicUsize::new(cfg_budget),
             gate: RwLock::new(()),
+            run_bufs: Mutex::new(Vec::new()),
             stats: BoscStats::default(),
         });
-        {
-            let mut st = lock(&inner.state);
-            for (seq, block, m) in replay {
-                inner.enqueue(&mut st, block, seq, m.op, m.bytes);
-            }
+        if let (Some(plan), Some((log, volume))) = (&replay, &inner.log) {
+            let (scanned, requeued) = inner.requeue(log, plan, *volume)?;
+            report.records_scanned = scanned;
+            report.records_requeued = requeued;
         }
         let thread = inner.cfg.background.map(|every| {
             let inner = Arc::clone(&inner);
@@ -632,38 +638,6 @@ impl<A: BlockApp> Drop for Bosc<A> {
     }
 }
 
-/// Picks the replay window and applies the local-frontier filter of §3.2.3. `found` is in
-/// sequence order. Only the records inside the window are read back from the log.
-fn replay_window(
-    log: &Log,
-    found: &[&Found],
-    ckpt: u64,
-) -> Result<Vec<(u64, u64, LoggedMod)>, Error> {
-    let read = |f: &Found| -> Result<LoggedMod, Error> {
-        let (_, payload) = log.read(f.addr, f.header.seq)?;
-        LoggedMod::decode(&payload).ok_or(Error::BadRecord(f.header.seq))
-    };
-    let Some(youngest) = found.last() else {
-        return Ok(Vec::new());
-    };
-    let start = read(youngest)?.global_frontier.max(ckpt + 1);
-    let mut local: HashMap<u64, u64> = HashMap::new();
-    let mut keep = Vec::new();
-    for f in found.iter().rev() {
-        let (seq, block) = (f.header.seq, f.header.offset);
-        if seq < start {
-            break;
-        }
-        let m = read(f)?;
-        let lf = *local.entry(block).or_insert(m.local_frontier);
-        if seq > lf {
-            keep.push((seq, block, m));
-        }
-    }
-    keep.reverse();
-    Ok(keep)
-}
-
 fn read_checkpoint(disk: &dyn Disk) -> Result<Checkpoint, Error> {
     let mut slots = [[0u8; crate::format::CKPT_LEN]; 2];
     for (buf, at) in slots.iter_mut().zip(CKPT_SLOTS) {
@@ -676,25 +650,35 @@ fn read_checkpoint(disk: &dyn Disk) -> Result<Checkpoint, Error> {
     }
 }
 
-/// The double-write area holds the last run, durable before any of it was written in place.
-/// A block whose in-place copy is torn or older than its copy there is restored.
+/// The double-write area holds the last batch of runs, durable before any of it was written in
+/// place, and whatever older batches left in the slots past it (their blocks were synced in
+/// place before the next batch overwrote anything, so those copies are never newer than home).
+/// Per block the copy with the highest LSN counts; a block whose in-place copy is torn or
+/// older than it is restored.
 fn repair_from_double_write(disk: &dyn Disk, geo: &Geometry, id: DiskId) -> Result<u64, Error> {
     let bs = geo.block_bytes as usize;
-    let mut slot = vec![0u8; bs];
-    let mut here = vec![0u8; bs];
-    let mut repaired = 0;
-    for i in 0..u64::from(geo.max_run) {
-        disk.read_at(&mut slot, geo.dw_offset(i))?;
-        let Ok(h) = check_block(&slot, id, None) else {
+    let mut area = vec![0u8; bs * geo.dw_slots() as usize];
+    disk.read_at(&mut area, geo.dw_offset(0))?;
+    let mut newest: BTreeMap<u64, (u64, usize)> = BTreeMap::new();
+    for (i, slot) in area.chunks(bs).enumerate() {
+        let Ok(h) = check_block(slot, id, None) else {
             continue;
         };
         if h.lsn == 0 || h.block >= geo.block_count {
             continue;
         }
-        disk.read_at(&mut here, geo.block_offset(h.block))?;
-        let stale = check_block(&here, id, Some(h.block)).is_ok_and(|c| c.lsn >= h.lsn);
+        let best = newest.entry(h.block).or_insert((h.lsn, i));
+        if h.lsn > best.0 {
+            *best = (h.lsn, i);
+        }
+    }
+    let mut here = vec![0u8; bs];
+    let mut repaired = 0;
+    for (&block, &(lsn, i)) in &newest {
+        disk.read_at(&mut here, geo.block_offset(block))?;
+        let stale = check_block(&here, id, Some(block)).is_ok_and(|c| c.lsn >= lsn);
         if !stale {
-            disk.write_at(&slot, geo.block_offset(h.block))?;
+            disk.write_at(&area[i * bs..(i + 1) * bs], geo.block_offset(block))?;
             repaired += 1;
         }
     }
@@ -716,6 +700,39 @@ fn block_lsns(buf: &[u8], id: DiskId, block_bytes: usize, first: u64) -> Result<
                 .map_err(|e| Error::Block { block, error: e })
         })
         .collect()
+}
+
+/// The newest frontiers recovery has read (see [`Inner::requeue`]).
+#[derive(Default)]
+struct Frontiers {
+    /// Every sequence number below it is committed.
+    global: u64,
+    /// Per block: every modification at or below it is committed.
+    local: HashMap<u64, u64>,
+}
+
+impl Frontiers {
+    /// Drops the queued entries the frontiers say are committed.
+    fn prune(&self, st: &mut State) {
+        let keys: Vec<u64> = st.groups.keys().copied().collect();
+        for key in keys {
+            let first = key * GROUP_BLOCKS;
+            st.with_group(first, |g, _| {
+                g.rebuild(|e| {
+                    let lf = self.local.get(&(first + u64::from(e.offset))).copied();
+                    (e.seq >= self.global && e.seq > lf.unwrap_or(0)).then_some(e)
+                })
+            });
+        }
+    }
+}
+
+/// Merged runs waiting for one double write; at most the double-write area's slots.
+#[derive(Default)]
+struct Batch {
+    runs: Vec<(Run, Vec<u8>)>,
+    staged: Vec<Staged>,
+    blocks: u64,
 }
 
 /// One block of a run as the commit cycle carries it.
@@ -883,6 +900,50 @@ impl<A: BlockApp> Inner<A> {
         st.max_seen = position;
         self.enqueue(&mut st, block, position, op, bytes.to_vec());
         Ok(())
+    }
+
+    /// Own-log recovery (lu-dissertation §3.2.3), streamed: the log's records above the
+    /// checkpoint arrive in sequence order and are queued as they come. Every record's
+    /// frontiers are facts about the data disk when it was logged — everything below its
+    /// global frontier, and everything of its block at or below its local frontier, was
+    /// committed — so the newest of them (the youngest record's, in the seed) say which queued
+    /// entries are committed already; those are dropped whenever the queues outgrow the budget,
+    /// and once at the end. The queues thereby never hold much more than they did before the
+    /// crash, where a list of the whole window (a million records) would not fit. What is
+    /// left is the seed's replay window filtered by local frontiers; an entry that was
+    /// committed after its block's youngest record was logged is requeued and skipped at
+    /// commit by the block's LSN. Returns (records scanned, entries requeued).
+    fn requeue(&self, log: &Log, plan: &ReplayPlan, volume: u32) -> Result<(u64, u64), Error> {
+        let mut st = lock(&self.state);
+        let mut frontiers = Frontiers::default();
+        let budget = self.budget.load(Ordering::Relaxed);
+        let mut prune_above = budget;
+        let mut scanned = 0;
+        log.replay(plan, |f, payload| {
+            let (seq, block) = (f.header.seq, f.header.offset);
+            if f.header.kind != RecordKind::Write || f.header.volume != volume {
+                return Ok(());
+            }
+            scanned += 1;
+            let m = LoggedMod::decode(payload).ok_or(Error::BadRecord(seq))?;
+            if block >= self.geo.block_count {
+                return Err(Error::BadRecord(seq));
+            }
+            frontiers.global = frontiers.global.max(m.global_frontier);
+            let lf = frontiers.local.entry(block).or_insert(0);
+            *lf = (*lf).max(m.local_frontier);
+            if seq < frontiers.global || seq <= *lf {
+                return Ok(());
+            }
+            self.enqueue(&mut st, block, seq, m.op, m.bytes);
+            if st.memory_bytes > prune_above {
+                frontiers.prune(&mut st);
+                prune_above = st.memory_bytes.max(budget) + budget / 4;
+            }
+            Ok(())
+        })?;
+        frontiers.prune(&mut st);
+        Ok((scanned, st.pending as u64))
     }
 
     fn enqueue(&self, st: &mut State, block: u64, seq: u64, op: Op, bytes: Vec<u8>) {
@@ -1202,66 +1263,159 @@ impl<A: BlockApp> Inner<A> {
         Ok(written)
     }
 
-    /// Reads run i+1 on a reader thread while run i is applied and written.
+    /// Three stages on three threads: a reader reads the runs in order, this thread merges
+    /// each into batches that fill the double-write area, and a writer writes each batch
+    /// ([`Self::write_batch`]) and hands it back, to be retired here. So reading and merging
+    /// batch k+1 overlap batch k's writes and syncs; the runs of one cycle are disjoint, so a
+    /// batch merged early holds no block the one being written holds. Only this thread
+    /// allocates: the other two are new every cycle, and memory they allocated and freed
+    /// would stay behind in their allocator arenas.
     fn pipeline(&self, runs: &[Run]) -> Result<u64, Error> {
         let bs = self.geo.block_bytes as usize;
         std::thread::scope(|s| {
             let (tx, rx) = std::sync::mpsc::sync_channel::<Result<(Run, Vec<u8>), Error>>(1);
             s.spawn(move || {
                 for &run in runs {
-                    let mut buf = vec![0u8; bs * run.len as usize];
-                    let r = self
-                        .disk
-                        .read_at(&mut buf, self.geo.block_offset(run.start))
-                        .map(|()| (run, buf))
-                        .map_err(Error::from);
+                    let mut buf = self.run_buf(bs * run.len as usize);
+                    let r = if self.run_is_cached(run) {
+                        // Every block is overwritten; zeros pass the block check.
+                        buf.fill(0);
+                        Ok((run, buf))
+                    } else {
+                        self.disk
+                            .read_at(&mut buf, self.geo.block_offset(run.start))
+                            .map(|()| (run, buf))
+                            .map_err(Error::from)
+                    };
                     let stop = r.is_err();
                     if tx.send(r).is_err() || stop {
                         return;
                     }
                 }
             });
+            let (wtx, wrx) = std::sync::mpsc::sync_channel::<Batch>(0);
+            let (dtx, drx) = std::sync::mpsc::sync_channel::<(Batch, Result<(), Error>)>(1);
+            s.spawn(move || {
+                for batch in wrx {
+                    let r = self.write_batch(&batch);
+                    if dtx.send((batch, r)).is_err() {
+                        return;
+                    }
+                }
+            });
             let mut written = 0;
+            let mut in_flight = false;
+            let mut finish = |in_flight: &mut bool| -> Result<(), Error> {
+                if std::mem::take(in_flight) {
+                    let (batch, r) = drx
+                        .recv()
+                        .map_err(|_| Error::Failed("commit writer stopped".into()))?;
+                    r?;
+                    written += self.retire_batch(batch);
+                }
+                Ok(())
+            };
+            let mut batch = Batch::default();
             for got in rx {
                 let (run, mut buf) = got?;
-                written += self.commit_run(run, &mut buf)?;
+                if batch.blocks + run.len > self.geo.dw_slots() {
+                    finish(&mut in_flight)?;
+                    wtx.send(std::mem::take(&mut batch))
+                        .map_err(|_| Error::Failed("commit writer stopped".into()))?;
+                    in_flight = true;
+                }
+                self.stage_run(run, &mut buf, &mut batch.staged)?;
+                batch.blocks += run.len;
+                batch.runs.push((run, buf));
             }
+            finish(&mut in_flight)?;
+            if !batch.runs.is_empty() {
+                wtx.send(batch)
+                    .map_err(|_| Error::Failed("commit writer stopped".into()))?;
+                in_flight = true;
+                finish(&mut in_flight)?;
+            }
+            drop(wtx);
             Ok(written)
         })
     }
 
-    fn commit_run(&self, run: Run, buf: &mut [u8]) -> Result<u64, Error> {
+    /// A run buffer of `len` bytes from the pool (contents undefined).
+    fn run_buf(&self, len: usize) -> Vec<u8> {
+        let mut buf = lock(&self.run_bufs).pop().unwrap_or_default();
+        buf.resize(len, 0);
+        buf
+    }
+
+    /// Whether every block of the run has its whole image in memory and pending modifications
+    /// (a B+tree's new leaves): then [`Self::stage_run`] overwrites every block of the run and
+    /// nothing needs reading. Stays true until the run is committed: only commits (under the
+    /// commit lock, held) retire entries, and only clean images are evicted.
+    fn run_is_cached(&self, run: Run) -> bool {
+        let st = lock(&self.state);
+        (run.start..run.start + run.len).all(|b| st.images.contains_key(&b) && st.has_pending(b))
+    }
+
+    /// Applies a run's pending modifications to its image read from disk (`buf`) and seals
+    /// every block that changes; what each block now includes goes to `staged`.
+    fn stage_run(&self, run: Run, buf: &mut [u8], staged: &mut Vec<Staged>) -> Result<(), Error> {
         let bs = self.geo.block_bytes as usize;
-        let mut staged = Vec::new();
-        {
-            let st = lock(&self.state);
-            let lsns = block_lsns(buf, self.disk_id, bs, run.start)?;
-            let merged = self.merge_pending(&st, run.start, buf, &lsns);
-            for (i, (img, m)) in buf.chunks_mut(bs).zip(merged).enumerate() {
-                let Some((upto, mut lsn)) = m else {
-                    continue;
-                };
-                let block = run.start + i as u64;
-                if let Some(c) = st.images.get(&block) {
-                    img.copy_from_slice(&c.image);
-                    lsn = c.lsn.max(lsns[i]);
-                }
-                seal_block(img, self.disk_id, lsn, block);
-                staged.push(Staged { block, upto });
+        let st = lock(&self.state);
+        let lsns = block_lsns(buf, self.disk_id, bs, run.start)?;
+        let merged = self.merge_pending(&st, run.start, buf, &lsns);
+        for (i, (img, m)) in buf.chunks_mut(bs).zip(merged).enumerate() {
+            let Some((upto, mut lsn)) = m else {
+                continue;
+            };
+            let block = run.start + i as u64;
+            if let Some(c) = st.images.get(&block) {
+                img.copy_from_slice(&c.image);
+                lsn = c.lsn.max(lsns[i]);
+            }
+            seal_block(img, self.disk_id, lsn, block);
+            staged.push(Staged { block, upto });
+        }
+        Ok(())
+    }
+
+    /// Double write: the batch's runs go to consecutive slots of the double-write area and are
+    /// synced before any block is overwritten in place, so a torn in-place write is repaired at
+    /// open; then in place, and one more sync.
+    fn write_batch(&self, batch: &Batch) -> Result<(), Error> {
+        let mut slot = 0;
+        for (run, buf) in &batch.runs {
+            self.disk.write_at(buf, self.geo.dw_offset(slot))?;
+            slot += run.len;
+        }
+        self.disk.sync()?;
+        for (run, buf) in &batch.runs {
+            self.disk.write_at(buf, self.geo.block_offset(run.start))?;
+        }
+        self.disk.sync()?;
+        Ok(())
+    }
+
+    /// A written batch's entries leave the queues and its buffers go back to the pool;
+    /// returns its blocks.
+    fn retire_batch(&self, mut batch: Batch) -> u64 {
+        self.retire(&batch.staged);
+        let (runs, blocks) = (batch.runs.len() as u64, batch.blocks);
+        // The pool keeps what a pipeline holds at most: a batch being written, one being
+        // merged, and the reader's two.
+        let keep = 2 * self.geo.dw_runs as usize + 2;
+        let mut pool = lock(&self.run_bufs);
+        for (_, buf) in batch.runs.drain(..) {
+            if pool.len() < keep {
+                pool.push(buf);
             }
         }
-        // Double write: the run is durable in the scratch area before any block is
-        // overwritten in place, so a torn in-place write is repaired at open.
-        self.disk.write_at(buf, self.geo.dw_offset(0))?;
-        self.disk.sync()?;
-        self.disk.write_at(buf, self.geo.block_offset(run.start))?;
-        self.disk.sync()?;
-        self.retire(&staged);
-        self.stats.runs_committed.fetch_add(1, Ordering::Relaxed);
+        drop(pool);
+        self.stats.runs_committed.fetch_add(runs, Ordering::Relaxed);
+        self.stats.batches_written.fetch_add(1, Ordering::Relaxed);
         self.stats
             .blocks_written
-            .fetch_add(run.len, Ordering::Relaxed);
-        Ok(run.len)
+            .fetch_add(blocks, Ordering::Relaxed);
+        blocks
     }
 
     /// Drops committed entries from the queues, one rebuild per group.
@@ -1361,6 +1515,43 @@ mod tests {
             volume: 1,
         };
         Bosc::open(data, cfg, durability, Arc::new(Put)).unwrap().0
+    }
+
+    /// The double-write area can hold several copies of a block: the current batch's and
+    /// stale ones older batches left in slots past it. A block torn in place is restored from
+    /// its newest copy; an older one would undo a commit that the log no longer replays.
+    #[test]
+    fn repair_takes_the_newest_double_write_copy() {
+        let geo = Geometry {
+            block_bytes: 512,
+            block_count: 8,
+            max_run: 2,
+            dw_runs: 2,
+        };
+        let id = DiskId(7);
+        let disk = MemDisk::new(geo.disk_bytes() as usize);
+        let sealed = |lsn: u64, block: u64, fill: u8| {
+            let mut img = vec![fill; 512];
+            seal_block(&mut img, id, lsn, block);
+            img
+        };
+        // Slot 0: the current batch's block 5 (LSN 9); slot 3: a stale copy of it (LSN 5);
+        // slot 2: block 6 (LSN 4), older than its intact in-place copy (LSN 6).
+        disk.write_at(&sealed(9, 5, 0x99), geo.dw_offset(0))
+            .unwrap();
+        disk.write_at(&sealed(5, 5, 0x55), geo.dw_offset(3))
+            .unwrap();
+        disk.write_at(&sealed(4, 6, 0x44), geo.dw_offset(2))
+            .unwrap();
+        disk.write_at(&[0xee; 100], geo.block_offset(5)).unwrap(); // torn in place
+        disk.write_at(&sealed(6, 6, 0x66), geo.block_offset(6))
+            .unwrap();
+        assert_eq!(repair_from_double_write(&disk, &geo, id).unwrap(), 1);
+        let mut here = vec![0u8; 512];
+        disk.read_at(&mut here, geo.block_offset(5)).unwrap();
+        assert_eq!(here, sealed(9, 5, 0x99));
+        disk.read_at(&mut here, geo.block_offset(6)).unwrap();
+        assert_eq!(here, sealed(6, 6, 0x66));
     }
 
     /// Forced commits write the bunched blocks whose whole image waits in memory (a B+tree's

@@ -3,8 +3,8 @@
 //! Data disk:
 //!
 //! ```text
-//! 0        4096      8192                     8192 + max_run*block    data_start
-//! | ckpt A | ckpt B  | double-write area (max_run blocks)          | block 0 | block 1 | ...
+//! 0        4096      8192                                     data_start
+//! | ckpt A | ckpt B  | double-write area (dw_runs × max_run blocks) | block 0 | block 1 | ...
 //! ```
 //!
 //! Every block starts with a [`BLOCK_HEADER_LEN`]-byte header:
@@ -19,7 +19,7 @@
 //! A block that is entirely zero has never been written: LSN 0, payload zeros.
 //!
 //! Checkpoint slot (ping-pong, the one with the higher counter and a valid CRC wins):
-//! magic `b"BOSCCKPT"`, version u16, pad u16, block_bytes u32, block_count u64, max_run u32,
+//! magic `b"BOSCCKPT"`, version u16, dw_runs u16, block_bytes u32, block_count u64, max_run u32,
 //! crc32c u32 (at 28, over all 64 bytes with itself zeroed), counter u64, checkpoint u64 (every
 //! sequence number / caller position at or below it is committed), disk id u128 (random, chosen
 //! at format; salts every block CRC). The checkpoint's version ([`FORMAT_VERSION`]) declares
@@ -40,8 +40,8 @@ pub const BLOCK_MAGIC: [u8; 4] = *b"BOSC";
 pub const CKPT_MAGIC: [u8; 8] = *b"BOSCCKPT";
 /// The BOSC format version: the checkpoint's, the own-log payload's, and (through the CRC
 /// salt) every block's. Version 1 (unsalted blocks, 48-byte checkpoint, 17-byte record prefix)
-/// is retired and refused.
-pub const FORMAT_VERSION: u16 = 2;
+/// is retired and refused; so is version 2 (a double-write area of one run).
+pub const FORMAT_VERSION: u16 = 3;
 pub const CKPT_VERSION: u16 = FORMAT_VERSION;
 pub const CKPT_SLOTS: [u64; 2] = [0, 4096];
 pub const CKPT_LEN: usize = 64;
@@ -57,11 +57,18 @@ pub struct Geometry {
     pub block_bytes: u32,
     pub block_count: u64,
     pub max_run: u32,
+    /// The double-write area holds this many runs of `max_run` blocks: a commit writes up to
+    /// that many runs with one pair of syncs.
+    pub dw_runs: u16,
 }
 
 impl Geometry {
+    /// Slots (blocks) of the double-write area.
+    pub fn dw_slots(&self) -> u64 {
+        u64::from(self.max_run) * u64::from(self.dw_runs)
+    }
     pub fn data_start(&self) -> u64 {
-        DW_OFFSET + u64::from(self.max_run) * u64::from(self.block_bytes)
+        DW_OFFSET + self.dw_slots() * u64::from(self.block_bytes)
     }
     pub fn block_offset(&self, block: u64) -> u64 {
         self.data_start() + block * u64::from(self.block_bytes)
@@ -195,6 +202,7 @@ impl Checkpoint {
         let mut out = [0u8; CKPT_LEN];
         out[0..8].copy_from_slice(&CKPT_MAGIC);
         out[8..10].copy_from_slice(&CKPT_VERSION.to_le_bytes());
+        out[10..12].copy_from_slice(&self.geometry.dw_runs.to_le_bytes());
         out[12..16].copy_from_slice(&self.geometry.block_bytes.to_le_bytes());
         out[16..24].copy_from_slice(&self.geometry.block_count.to_le_bytes());
         out[24..28].copy_from_slice(&self.geometry.max_run.to_le_bytes());
@@ -234,6 +242,7 @@ impl Checkpoint {
                 block_bytes: u32::from_le_bytes([b[12], b[13], b[14], b[15]]),
                 block_count: u64_at(b, 16),
                 max_run: u32::from_le_bytes([b[24], b[25], b[26], b[27]]),
+                dw_runs: u16::from_le_bytes([b[10], b[11]]),
             },
             counter: u64_at(b, 32),
             checkpoint: u64_at(b, 40),
@@ -376,6 +385,7 @@ mod tests {
                 block_bytes: 4096,
                 block_count: 10,
                 max_run: 32,
+                dw_runs: 4,
             },
             counter: 5,
             checkpoint: 99,
@@ -402,6 +412,7 @@ mod tests {
             block_bytes: 512,
             block_count: 4,
             max_run: 2,
+            dw_runs: 1,
         };
         let slots = Checkpoint::format_slots(geo, DiskId(9));
         assert_eq!([slots[0].0, slots[1].0], CKPT_SLOTS);

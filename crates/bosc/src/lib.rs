@@ -18,8 +18,8 @@
 //!
 //! | crash during                         | on disk after                       | open does                      |
 //! |--------------------------------------|-------------------------------------|--------------------------------|
-//! | double-write of a run                | DW torn, in-place blocks untouched  | DW copies fail CRC: ignored    |
-//! | in-place write of a run              | DW complete, in-place maybe torn    | restore blocks from DW         |
+//! | double-write of a batch of runs      | DW torn, in-place blocks untouched  | DW copies fail CRC: ignored    |
+//! | in-place write of a batch            | DW complete, in-place maybe torn    | restore newest copies from DW  |
 //! | checkpoint write                     | one slot torn, the other valid      | older checkpoint: replays more |
 //! | anything, own-log mode               | records above the checkpoint        | requeue window; LSN skips dups |
 //!

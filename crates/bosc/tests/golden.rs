@@ -68,6 +68,7 @@ fn checkpoint() -> Checkpoint {
             block_bytes: 4096,
             block_count: 1 << 20,
             max_run: 32,
+            dw_runs: 8,
         },
         counter: 7,
         checkpoint: 0x0123_4567,
@@ -173,6 +174,7 @@ fn disk_cfg() -> BoscConfig {
         block_bytes: BLOCK as u32,
         block_count: 4,
         max_run: 2,
+        dw_runs: 2,
         background: None,
         ..BoscConfig::default()
     }
@@ -213,6 +215,7 @@ fn disk_geometry() -> Geometry {
         block_bytes: BLOCK as u32,
         block_count: 4,
         max_run: 2,
+        dw_runs: 2,
     }
 }
 
@@ -349,7 +352,7 @@ fn data_disk_matches_its_golden_file_and_opens() {
     let geo = disk_geometry();
     let committed = golden("data-disk.bin", &build_disk());
     assert_eq!(committed.len() as u64, geo.disk_bytes());
-    assert_eq!(geo.disk_bytes(), 8192 + 2 * 512 + 4 * 512);
+    assert_eq!(geo.disk_bytes(), 8192 + 2 * 2 * 512 + 4 * 512);
 
     // Checkpoint: format wrote counter 0 to slot A and counter 1 to slot B; counter 2 went to
     // slot 2 % 2 = A, so format's counter 1 still stands in slot B.
@@ -393,10 +396,15 @@ fn data_disk_matches_its_golden_file_and_opens() {
             Ok(0)
         );
     }
-    // Double-write area: the last run, slot j holding the run's j-th block.
+    // Double-write area: the last batch (one run), slot j holding the run's j-th block; the
+    // slots past it never written.
     for j in 0..2u64 {
         let dw = &committed[geo.dw_offset(j) as usize..][..BLOCK];
         assert_eq!(dw, block(j), "double-write slot {j}");
+    }
+    for j in 2..geo.dw_slots() {
+        let dw = &committed[geo.dw_offset(j) as usize..][..BLOCK];
+        assert!(dw.iter().all(|&b| b == 0), "double-write slot {j}");
     }
 
     // The golden disk opens, with nothing to repair, and serves the puts.
@@ -480,7 +488,7 @@ fn a_damaged_block_of_the_golden_disk_is_repaired_from_the_double_write_area() {
 #[test]
 fn logged_modification_rejects_other_versions_unknown_tags_and_short_payloads() {
     let committed = golden("logged-mod-app.bin", &encode_logged(&logged_app()));
-    for version in [0u16, 1, 3, u16::MAX] {
+    for version in [0u16, 1, 2, 4, u16::MAX] {
         let mut c = committed.clone();
         c[0..2].copy_from_slice(&version.to_le_bytes());
         assert_eq!(LoggedMod::decode(&c), None, "version {version}");
@@ -529,10 +537,10 @@ fn a_block_of_another_disk_is_refused() {
 }
 
 /// A disk whose checkpoint names another format version (here the retired v1, and a future
-/// v3) is refused with `UnsupportedVersion`, not read as unformatted or misread.
+/// v4) is refused with `UnsupportedVersion`, not read as unformatted or misread.
 #[test]
 fn a_disk_of_another_format_version_is_refused() {
-    for version in [1u16, 3] {
+    for version in [1u16, 2, 4] {
         let mut image = golden("data-disk.bin", &build_disk());
         let slot = &mut image[CKPT_SLOTS[0] as usize..][..CKPT_LEN];
         slot[8..10].copy_from_slice(&version.to_le_bytes());
@@ -605,7 +613,7 @@ fn constants_are_the_documented_ones() {
     assert_eq!(BLOCK_HEADER_LEN, 24);
     assert_eq!(BLOCK_MAGIC, *b"BOSC");
     assert_eq!(CKPT_MAGIC, *b"BOSCCKPT");
-    assert_eq!((FORMAT_VERSION, CKPT_VERSION, RECORD_VERSION), (2, 2, 2));
+    assert_eq!((FORMAT_VERSION, CKPT_VERSION, RECORD_VERSION), (3, 3, 3));
     assert_eq!(CKPT_SLOTS, [0, 4096]);
     assert_eq!(CKPT_LEN, 64);
     assert_eq!(DW_OFFSET, 8192);
@@ -635,12 +643,14 @@ fn geometry_places_things_where_documented() {
         block_bytes: 4096,
         block_count: 100,
         max_run: 32,
+        dw_runs: 4,
     };
+    assert_eq!(g.dw_slots(), 128);
     assert_eq!(g.dw_offset(0), 8192);
-    assert_eq!(g.dw_offset(31), 8192 + 31 * 4096);
-    assert_eq!(g.data_start(), 8192 + 32 * 4096);
-    assert_eq!(g.block_offset(5), 8192 + 32 * 4096 + 5 * 4096);
-    assert_eq!(g.disk_bytes(), 8192 + (32 + 100) * 4096);
+    assert_eq!(g.dw_offset(127), 8192 + 127 * 4096);
+    assert_eq!(g.data_start(), 8192 + 128 * 4096);
+    assert_eq!(g.block_offset(5), 8192 + 128 * 4096 + 5 * 4096);
+    assert_eq!(g.disk_bytes(), 8192 + (128 + 100) * 4096);
     assert_eq!(g.payload_bytes(), 4096 - 24);
 }
 
@@ -651,6 +661,7 @@ fn checkpoint_fields_sit_at_documented_offsets() {
             block_bytes: 0xa1a2_a3a4,
             block_count: 0xb1b2_b3b4_b5b6_b7b8,
             max_run: 0xc1c2_c3c4,
+            dw_runs: 0x9192,
         },
         counter: 0xd1d2_d3d4_d5d6_d7d8,
         checkpoint: 0xe1e2_e3e4_e5e6_e7e8,
@@ -658,8 +669,8 @@ fn checkpoint_fields_sit_at_documented_offsets() {
     };
     let b = c.encode();
     assert_eq!(&b[0..8], b"BOSCCKPT");
-    assert_eq!(le_u16(&b, 8), 2, "version");
-    assert_eq!(b[10..12], [0; 2], "pad");
+    assert_eq!(le_u16(&b, 8), 3, "version");
+    assert_eq!(le_u16(&b, 10), c.geometry.dw_runs);
     assert_eq!(le_u32(&b, 12), c.geometry.block_bytes);
     assert_eq!(le_u64(&b, 16), c.geometry.block_count);
     assert_eq!(le_u32(&b, 24), c.geometry.max_run);
@@ -675,7 +686,7 @@ fn checkpoint_fields_sit_at_documented_offsets() {
     assert_eq!(le_u32(&b, 28), crc32c::crc32c(&z), "crc");
     assert_eq!(Checkpoint::decode(&b), Ok(c));
     // Another version is refused by name, even with a matching CRC.
-    for version in [1u16, 3] {
+    for version in [1u16, 2, 4] {
         let mut other = z;
         other[8..10].copy_from_slice(&version.to_le_bytes());
         let crc = crc32c::crc32c(&other);
@@ -703,7 +714,7 @@ fn block_header_fields_sit_at_documented_offsets() {
     // crc = CRC32C of (disk id LE 16 bytes, version LE 2 bytes, the whole block with the crc
     // field (0..4) zeroed).
     let mut salted = DISK_ID.0.to_le_bytes().to_vec();
-    salted.extend_from_slice(&2u16.to_le_bytes());
+    salted.extend_from_slice(&3u16.to_le_bytes());
     salted.extend_from_slice(&[0; 4]);
     salted.extend_from_slice(&img[4..]);
     assert_eq!(le_u32(&img, 0), crc32c::crc32c(&salted), "crc");
@@ -736,7 +747,7 @@ fn logged_mod_fields_sit_at_documented_offsets() {
         0xb1b2_b3b4_b5b6_b7b8,
         b"xyz",
     );
-    assert_eq!(le_u16(&b, 0), 2, "version");
+    assert_eq!(le_u16(&b, 0), 3, "version");
     assert_eq!(b[2], 2, "op");
     assert_eq!(le_u64(&b, 3), 0xa1a2_a3a4_a5a6_a7a8, "global frontier");
     assert_eq!(le_u64(&b, 11), 0xb1b2_b3b4_b5b6_b7b8, "local frontier");

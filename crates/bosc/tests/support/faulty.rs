@@ -33,6 +33,9 @@ pub fn engine_cfg(blocks: u64, budget: usize) -> BoscConfig {
         min_pending_ratio: 0.5,
         memory_budget_bytes: budget,
         runs_per_cycle: 3,
+        // Two runs per double-write batch: a cycle of three runs writes a full batch and a
+        // partial one, so crashes land in both and in stale slots an earlier batch left.
+        dw_runs: 2,
         background: None,
     }
 }
