@@ -57,7 +57,21 @@ struct Args {
     reopen_only: bool,
 }
 
+/// glibc gives each thread that allocates an arena of its own (up to 8 per core), and memory
+/// freed in one arena serves only that arena's threads: an engine whose threads take turns
+/// allocating (a caller and a background committer, compaction threads) held 2-3x its live
+/// memory in idle arenas, in a benchmark whose point is a memory budget. Two arenas for every
+/// engine alike (the same as `MALLOC_ARENA_MAX=2`).
+fn limit_malloc_arenas() {
+    // SAFETY: mallopt only sets an allocator parameter; called first thing in main, before
+    // any other thread exists.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 2);
+    }
+}
+
 fn main() -> ExitCode {
+    limit_malloc_arenas();
     let args = Args::parse();
     let Some(engine) = EngineKind::parse(&args.engine) else {
         eprintln!("unknown engine {:?}", args.engine);
