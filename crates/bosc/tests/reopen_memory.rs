@@ -6,49 +6,18 @@
 //! peak of `Bosc::open`; it sees every thread of the process, so this binary holds this one
 //! test only.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
+#[path = "../../../tests/support/counting_alloc.rs"]
+mod counting_alloc;
+#[path = "support/measure.rs"]
+mod support;
+
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use mariner_bosc::{BlockApp, Bosc, BoscConfig, Durability};
+use mariner_bosc::{Bosc, BoscConfig, Durability};
 use mariner_disk::{Disk, MemDisk};
 use mariner_log::{Log, LogConfig};
-
-struct Counting;
-
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: every call is forwarded unchanged to the system allocator; only counters are added.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: the caller upholds `GlobalAlloc::alloc`'s contract, which `System` shares.
-        let p = unsafe { System.alloc(layout) };
-        if !p.is_null() {
-            let live = LIVE.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
-            PEAK.fetch_max(live, Ordering::Relaxed);
-        }
-        p
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` came from `alloc` above, i.e. from `System`, with this `layout`.
-        unsafe { System.dealloc(ptr, layout) };
-        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
-    }
-}
-
-#[global_allocator]
-static ALLOC: Counting = Counting;
-
-/// Sets one u64 slot of the block: (slot u16, value u64).
-struct Slots;
-impl BlockApp for Slots {
-    fn apply(&self, _block: u64, payload: &mut [u8], m: &[u8]) {
-        let slot = u16::from_le_bytes([m[0], m[1]]) as usize;
-        payload[slot * 8..slot * 8 + 8].copy_from_slice(&m[2..10]);
-    }
-}
+use support::{modification, Slots};
 
 const LOG_ID: u128 = 0x3e40;
 const SEG: u64 = 64 * 1024;
@@ -93,13 +62,8 @@ fn reopen_memory_follows_the_budget_not_the_replay_window() {
     for _ in 0..300 {
         let batch = (0..500)
             .map(|_| {
-                rng ^= rng << 13;
-                rng ^= rng >> 7;
-                rng ^= rng << 17;
-                let mut m = vec![0u8; 10];
-                m[0..2].copy_from_slice(&((rng % 60) as u16).to_le_bytes());
-                m[2..10].copy_from_slice(&rng.to_le_bytes());
-                mariner_bosc::Change::modify((rng >> 8) % 8192, m)
+                let (block, m) = modification(&mut rng);
+                mariner_bosc::Change::modify(block % 8192, m.to_vec())
             })
             .collect();
         b.modify_batch(batch).unwrap();
@@ -108,10 +72,9 @@ fn reopen_memory_follows_the_budget_not_the_replay_window() {
     assert!(b.stats().forced_commits.load(Ordering::Relaxed) > 0);
     drop(b); // a crash for the data disk: the queues were not committed
 
-    let before = LIVE.load(Ordering::Relaxed);
-    PEAK.store(before, Ordering::Relaxed);
-    let (b, report) = Bosc::open(data, cfg(), durability(&log), Arc::new(Slots)).unwrap();
-    let peak = PEAK.load(Ordering::Relaxed) - before;
+    let ((b, report), peak) = counting_alloc::peak_of(|| {
+        Bosc::open(data, cfg(), durability(&log), Arc::new(Slots)).unwrap()
+    });
     assert_eq!(report.records_requeued as usize, b.pending_modifications());
     assert!(report.records_requeued as usize >= pending);
     // A list of the window at 80 bytes a record (a log record header), before a byte of

@@ -5,39 +5,13 @@
 //! per-record state. A counting allocator measures the peak of `Log::open`; it sees every
 //! thread of the process, so this binary holds this one test only.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
+#[path = "../../../tests/support/counting_alloc.rs"]
+mod counting_alloc;
+
 use std::sync::Arc;
 
 use mariner_disk::{Disk, MemDisk};
 use mariner_log::{Durable, DurableSink, Entry, Found, Log, LogConfig, RecordKind, Recovery};
-
-struct Counting;
-
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: every call is forwarded unchanged to the system allocator; only counters are added.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: the caller upholds `GlobalAlloc::alloc`'s contract, which `System` shares.
-        let p = unsafe { System.alloc(layout) };
-        if !p.is_null() {
-            let live = LIVE.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
-            PEAK.fetch_max(live, Ordering::Relaxed);
-        }
-        p
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` came from `alloc` above, i.e. from `System`, with this `layout`.
-        unsafe { System.dealloc(ptr, layout) };
-        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
-    }
-}
-
-#[global_allocator]
-static ALLOC: Counting = Counting;
 
 const LOG_ID: u128 = 0x3e3;
 const SEG: u64 = 64 * 1024;
@@ -59,10 +33,10 @@ fn cfg() -> LogConfig {
 /// Opens the log and returns what recovery found and the bytes its opening allocated at its
 /// peak, beyond what was live before.
 fn open_measured(devs: &[Arc<dyn Disk>], after: u64) -> (Log, Recovery, usize) {
-    let before = LIVE.load(Ordering::Relaxed);
-    PEAK.store(before, Ordering::Relaxed);
-    let (log, rec) = Log::open(devs.to_vec(), cfg(), LOG_ID, after, 0, Arc::new(Ignore)).unwrap();
-    (log, rec, PEAK.load(Ordering::Relaxed) - before)
+    let ((log, rec), peak) = counting_alloc::peak_of(|| {
+        Log::open(devs.to_vec(), cfg(), LOG_ID, after, 0, Arc::new(Ignore)).unwrap()
+    });
+    (log, rec, peak)
 }
 
 /// Appends `n` header-only records without waiting for each; returns the last sequence number.

@@ -16,7 +16,7 @@ use mariner_disk::{Disk, MemDisk};
 use mariner_log::{Log, LogConfig};
 
 /// Sets one u64 slot of the block: (slot u16, value u64).
-struct Slots;
+pub struct Slots;
 impl BlockApp for Slots {
     fn apply(&self, _block: u64, payload: &mut [u8], m: &[u8]) {
         let slot = u16::from_le_bytes([m[0], m[1]]) as usize;
