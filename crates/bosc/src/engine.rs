@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use mariner_disk::Disk;
-use mariner_log::{Durable, DurableSink, Entry, Log, LogConfig, RecordKind, ReplayPlan};
+use mariner_log::{Durable, DurableSink, Entry, Log, LogConfig, LogError, RecordKind, ReplayPlan};
 
 use crate::format::{
     check_block, seal_block, Checkpoint, CheckpointError, DiskId, Geometry, LoggedMod, Op,
@@ -123,6 +123,8 @@ pub struct BoscStats {
     pub forced_commits: AtomicU64,
     /// Time callers of `modify` spent in forced commits.
     pub forced_wait_ns: AtomicU64,
+    /// Time callers of `modify` spent waiting for their log records to become durable.
+    pub log_wait_ns: AtomicU64,
     /// Runs of blocks whose whole image waited in memory, committed first by forced commits.
     pub image_runs_committed: AtomicU64,
 }
@@ -597,6 +599,11 @@ impl<A: BlockApp> Bosc<A> {
         self.inner.budget.load(Ordering::Relaxed)
     }
 
+    /// The own log's counters (own-log mode).
+    pub fn log_stats(&self) -> Option<&mariner_log::LogStats> {
+        self.inner.log.as_ref().map(|(log, _)| log.stats())
+    }
+
     pub fn stats(&self) -> &BoscStats {
         &self.inner.stats
     }
@@ -781,21 +788,33 @@ impl<A: BlockApp> Inner<A> {
             let floor = st.max_seen + 1;
             *st.inflight.entry(floor).or_insert(0) += 1;
             let gf = st.global_frontier();
+            let entries = changes
+                .iter()
+                .map(|c| {
+                    let lf = st.local_frontier(c.block);
+                    let payload = LoggedMod::encode(c.op, gf, lf, &c.bytes);
+                    Entry::write(*volume, c.block, Bytes::from(payload))
+                })
+                .collect();
+            // Handed to the log under the state lock, so ticket order is sequence order; as
+            // one burst, so the batch leaves in one device write.
+            let rxs = match log.append_many(entries) {
+                Ok(rxs) => rxs,
+                Err(e) => {
+                    Self::leave_inflight(&mut st, floor);
+                    return Err(e.into());
+                }
+            };
             let mut sent = Vec::with_capacity(changes.len());
-            for c in changes {
-                let lf = st.local_frontier(c.block);
-                let payload = LoggedMod::encode(c.op, gf, lf, &c.bytes);
-                // Handed to the log under the state lock, so ticket order is sequence order.
-                let rx = log.append(Entry::write(*volume, c.block, Bytes::from(payload)));
+            for (c, rx) in changes.into_iter().zip(rxs) {
                 let ticket = st.next_ticket;
                 st.next_ticket += 1;
-                if rx.is_ok() {
-                    st.unqueued.entry(c.block).or_default().insert(ticket);
-                }
-                sent.push((c, ticket, rx));
+                st.unqueued.entry(c.block).or_default().insert(ticket);
+                sent.push((c, ticket, Ok::<_, LogError>(rx)));
             }
             (floor, sent)
         };
+        let waited = Instant::now();
         let done: Vec<_> = sent
             .into_iter()
             .map(|(c, ticket, rx)| {
@@ -806,6 +825,8 @@ impl<A: BlockApp> Inner<A> {
                 (c, ticket, r)
             })
             .collect();
+        let ns = u64::try_from(waited.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.stats.log_wait_ns.fetch_add(ns, Ordering::Relaxed);
         let mut st = lock(&self.state);
         let mut seqs = Vec::with_capacity(done.len());
         let mut first_error = None;
@@ -840,15 +861,20 @@ impl<A: BlockApp> Inner<A> {
                 }
             }
         }
+        Self::leave_inflight(&mut st, floor);
+        drop(st);
+        self.queued.notify_all();
+        first_error.map_or(Ok(seqs), Err)
+    }
+
+    /// An append that registered `floor` in `State::inflight` is queued or failed.
+    fn leave_inflight(st: &mut State, floor: u64) {
         if let Some(n) = st.inflight.get_mut(&floor) {
             *n -= 1;
             if *n == 0 {
                 st.inflight.remove(&floor);
             }
         }
-        drop(st);
-        self.queued.notify_all();
-        first_error.map_or(Ok(seqs), Err)
     }
 
     fn load(&self, first: u64, payloads: &[u8]) -> Result<(), Error> {

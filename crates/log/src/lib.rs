@@ -366,6 +366,37 @@ impl Log {
 
     /// Appends a record; the future resolves once it is durable (or the log failed).
     pub fn append(&self, entry: Entry) -> Result<AppendFuture, LogError> {
+        self.check_entry(&entry)?;
+        if let Some(why) = self.failure() {
+            return Err(LogError::Failed(why));
+        }
+        Ok(self.submit(entry, None))
+    }
+
+    /// Appends records that arrived together; each future resolves once its record is
+    /// durable. The placement policy sees them as one burst, so they leave in as few batches
+    /// as the segments allow, where appends one by one would send the first alone to an idle
+    /// device and the rest in the batches after it. Nothing is appended if any entry is
+    /// refused.
+    pub fn append_many(&self, entries: Vec<Entry>) -> Result<Vec<AppendFuture>, LogError> {
+        for e in &entries {
+            self.check_entry(e)?;
+        }
+        if let Some(why) = self.failure() {
+            return Err(LogError::Failed(why));
+        }
+        let (with_replies, futures): (Vec<_>, Vec<_>) = entries
+            .into_iter()
+            .map(|e| {
+                let (reply, rx) = oneshot::channel();
+                ((e, reply), rx)
+            })
+            .unzip();
+        self.inner.shared.append_many(with_replies, Instant::now());
+        Ok(futures)
+    }
+
+    fn check_entry(&self, entry: &Entry) -> Result<(), LogError> {
         if entry.kind == RecordKind::Write && entry.payload.len() != entry.length as usize {
             return Err(LogError::Config(
                 "write payload length differs from its length".into(),
@@ -378,10 +409,7 @@ impl Log {
                 max,
             });
         }
-        if let Some(why) = self.failure() {
-            return Err(LogError::Failed(why));
-        }
-        Ok(self.submit(entry, None))
+        Ok(())
     }
 
     /// Consumers are durable up to `seq`: segments holding only records at or below it may be

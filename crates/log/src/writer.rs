@@ -59,6 +59,16 @@ impl Shared {
         self.execute(&mut w, actions);
     }
 
+    /// Appends records that arrived together, as one burst.
+    pub(crate) fn append_many(&self, entries: Vec<(Entry, Reply)>, arrived: Instant) {
+        let Some(mut w) = self.lock() else { return };
+        if w.shut {
+            return;
+        }
+        let actions = w.append_many(entries, arrived);
+        self.execute(&mut w, actions);
+    }
+
     /// Consumers are durable up to `seq`.
     pub(crate) fn release(&self, seq: u64) {
         let Some(mut w) = self.lock() else { return };
@@ -213,6 +223,15 @@ impl<M: DeviceModel> Dispatch<M> {
     /// Record `seq`, `bytes` long with its header, was appended at `now`.
     pub fn submit(&mut self, seq: u64, bytes: u64, now: Nanos) -> Result<Vec<Action>, PolicyError> {
         self.policy.submit(seq, bytes, now)
+    }
+
+    /// Records `(seq, bytes)` that arrived together at `now` ([`Policy::submit_burst`]).
+    pub fn submit_burst(
+        &mut self,
+        reqs: &[(u64, u64)],
+        now: Nanos,
+    ) -> Result<Vec<Action>, PolicyError> {
+        self.policy.submit_burst(reqs, now)
     }
 
     /// Device `dev` reported its write durable at `now`.
@@ -489,9 +508,42 @@ impl Writer {
         reply: Reply,
         arrived: Instant,
     ) -> Vec<Action> {
+        let Some((seq, bytes)) = self.enter(entry, seq, reply, arrived) else {
+            return Vec::new();
+        };
+        let now = self.now();
+        let submitted = self.core.submit(seq, bytes, now);
+        self.submitted(submitted, &[(seq, bytes)])
+    }
+
+    /// Appends records that arrived together: the policy places them as one burst
+    /// ([`Policy::submit_burst`]), so the first does not leave alone ahead of the rest.
+    fn append_many(&mut self, entries: Vec<(Entry, Reply)>, arrived: Instant) -> Vec<Action> {
+        let reqs: Vec<(u64, u64)> = entries
+            .into_iter()
+            .filter_map(|(entry, reply)| self.enter(entry, None, reply, arrived))
+            .collect();
+        if reqs.is_empty() {
+            return Vec::new();
+        }
+        let now = self.now();
+        let submitted = self.core.submit_burst(&reqs, now);
+        self.submitted(submitted, &reqs)
+    }
+
+    /// Gives the record its sequence number, timestamp and header and keeps it pending;
+    /// returns (seq, bytes) for the policy, or `None` when the log has failed (the waiter is
+    /// told).
+    fn enter(
+        &mut self,
+        entry: Entry,
+        seq: Option<u64>,
+        reply: Reply,
+        arrived: Instant,
+    ) -> Option<(u64, u64)> {
         if let Some(why) = self.failed() {
             let _ = reply.send(Err(LogError::Failed(why)));
-            return Vec::new();
+            return None;
         }
         let seq = seq.unwrap_or_else(|| {
             let s = self.next_seq;
@@ -529,7 +581,16 @@ impl Writer {
                 arrived,
             },
         );
-        match self.core.submit(seq, bytes, self.now()) {
+        Some((seq, bytes))
+    }
+
+    /// The policy's answer to a submission of `reqs`: its actions, or every request failed.
+    fn submitted(
+        &mut self,
+        r: Result<Vec<Action>, PolicyError>,
+        reqs: &[(u64, u64)],
+    ) -> Vec<Action> {
+        match r {
             Ok(actions) => {
                 self.stats
                     .stalled
@@ -537,8 +598,10 @@ impl Writer {
                 actions
             }
             Err(e) => {
-                if let Some(p) = self.pending.remove(&seq) {
-                    let _ = p.reply.send(Err(LogError::Config(e.to_string())));
+                for (seq, _) in reqs {
+                    if let Some(p) = self.pending.remove(seq) {
+                        let _ = p.reply.send(Err(LogError::Config(e.to_string())));
+                    }
                 }
                 Vec::new()
             }

@@ -132,6 +132,44 @@ fn acknowledged_records_come_back_after_reopen() {
     assert!(next.timestamp_ns > rec.last_ts);
 }
 
+/// Records appended together leave in one batch (one device write) where appends one by
+/// one send the first alone; they get consecutive sequence numbers in order and come back
+/// after a reopen.
+#[test]
+fn records_appended_together_leave_together() {
+    let devs: Vec<Arc<dyn Disk>> = vec![Arc::new(MemDisk::new(1 << 20))];
+    Log::format(&devs, &cfg(), LOG_ID).unwrap();
+    let (log, _) = open(&devs, 0).unwrap();
+    let entries = (0..50u64)
+        .map(|i| Entry::write(1, i * 512, payload(i, 512)))
+        .collect();
+    let acked: Vec<u64> = log
+        .append_many(entries)
+        .unwrap()
+        .into_iter()
+        .map(|rx| rx.blocking_recv().unwrap().unwrap().seq)
+        .collect();
+    assert_eq!(acked, (1..=50).collect::<Vec<_>>());
+    let batches = log
+        .stats()
+        .batches
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(batches, 1, "one device write for the burst");
+    // An entry the log refuses refuses the whole call.
+    let bad = vec![
+        Entry::write(1, 0, payload(0, 512)),
+        Entry::write(1, 0, payload(0, 64 * 1024)),
+    ];
+    assert!(matches!(
+        log.append_many(bad),
+        Err(LogError::TooLarge { .. })
+    ));
+    log.shutdown();
+    let (_, rec) = open(&devs, 0).unwrap();
+    assert_eq!(rec.records.len(), 50);
+    assert!(rec.voided.is_empty());
+}
+
 #[test]
 fn records_at_or_below_the_watermark_are_not_replayed() {
     let devs: Vec<Arc<dyn Disk>> = vec![Arc::new(MemDisk::new(1 << 20))];

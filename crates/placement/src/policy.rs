@@ -191,6 +191,11 @@ pub struct Policy<M> {
     gather: Option<Gather>,
     /// Requests waiting for log space, in arrival order.
     stalled: VecDeque<(ReqId, u64, Nanos)>,
+    /// Inside [`Policy::submit_burst`]: a batch started on an idle device keeps gathering the
+    /// rest of the burst instead of leaving with its first request.
+    holding: bool,
+    /// A batch started on an idle device during the burst, to dispatch when it ends.
+    deferred: bool,
 }
 
 impl<M: DeviceModel> Policy<M> {
@@ -216,6 +221,8 @@ impl<M: DeviceModel> Policy<M> {
             devices,
             gather: None,
             stalled: VecDeque::new(),
+            holding: false,
+            deferred: false,
         }
     }
 
@@ -265,12 +272,50 @@ impl<M: DeviceModel> Policy<M> {
             });
         }
         let mut out = Vec::new();
+        self.admit(req, bytes, now, &mut out);
+        self.expire(now, &mut out);
+        Ok(out)
+    }
+
+    /// Places a request, or stalls it behind earlier stalled ones or for lack of log space.
+    fn admit(&mut self, req: ReqId, bytes: u64, now: Nanos, out: &mut Vec<Action>) {
         if self.stalled.is_empty() {
-            if !self.place(req, bytes, now, now, &mut out) {
+            if !self.place(req, bytes, now, now, out) {
                 self.stalled.push_back((req, bytes, now));
             }
         } else {
             self.stalled.push_back((req, bytes, now));
+        }
+    }
+
+    /// Several requests that arrived together (`(req, bytes)` in order), placed as if each
+    /// were submitted alone at `now`, except that a batch started on an idle device takes the
+    /// rest of the burst before it leaves, instead of leaving with the burst's first request
+    /// while the others wait for it (mariner-paper.md §7.4 dispatches at once when no other
+    /// request is there: in a burst the others are there). A batch fills its segment as usual;
+    /// then the next one gathers.
+    pub fn submit_burst(
+        &mut self,
+        reqs: &[(ReqId, u64)],
+        now: Nanos,
+    ) -> Result<Vec<Action>, PolicyError> {
+        if let Some(&(_, bytes)) = reqs
+            .iter()
+            .find(|(_, b)| self.cfg.align(*b) > self.cfg.segment_bytes)
+        {
+            return Err(PolicyError::TooLarge {
+                bytes,
+                segment_bytes: self.cfg.segment_bytes,
+            });
+        }
+        let mut out = Vec::new();
+        self.holding = true;
+        for &(req, bytes) in reqs {
+            self.admit(req, bytes, now, &mut out);
+        }
+        self.holding = false;
+        if std::mem::take(&mut self.deferred) {
+            self.dispatch_gather(now, &mut out);
         }
         self.expire(now, &mut out);
         Ok(out)
@@ -349,7 +394,11 @@ impl<M: DeviceModel> Policy<M> {
             if let Some(dev) = self.best_device(bytes, now, None, true, out) {
                 self.gather = Some(Gather::new(dev, arrival));
                 self.join(req, bytes);
-                self.seal(now, out);
+                if self.holding {
+                    self.deferred = true;
+                } else {
+                    self.seal(now, out);
+                }
                 return true;
             }
         }

@@ -120,6 +120,15 @@ pub(super) fn engine_notes<A: BlockApp>(b: &Bosc<A>) -> Map<String, Value> {
         "forced_wait_s".into(),
         json!(n(&s.forced_wait_ns) as f64 / 1e9),
     );
+    m.insert("log_wait_s".into(), json!(n(&s.log_wait_ns) as f64 / 1e9));
+    if let Some(l) = b.log_stats() {
+        m.insert("log_records".into(), json!(n(&l.records)));
+        m.insert("log_batches".into(), json!(n(&l.batches)));
+        m.insert(
+            "log_device_write_us_p50".into(),
+            json!(l.device_write_us.quantile(0.5)),
+        );
+    }
     m.insert("pending_at_end".into(), json!(b.pending_modifications()));
     m.insert("queue_bytes_at_end".into(), json!(b.memory_bytes()));
     m.insert("queue_budget_bytes".into(), json!(b.memory_budget()));

@@ -60,6 +60,35 @@ fn lone_writer_is_dispatched_at_once() {
     }
 }
 
+/// A burst leaves in one batch where the same requests submitted one by one leave as the
+/// first alone and the rest after it; a burst larger than a segment fills it and gathers the
+/// rest for the next write.
+#[test]
+fn a_burst_leaves_together() {
+    let mut one_by_one = Policy::new(cfg(500 * US), model(), &starts(1, 8));
+    let first = writes(&one_by_one.submit(0, 4160, 0).unwrap());
+    assert_eq!(first[0].reqs, vec![(0, 4160)]);
+
+    let mut p = Policy::new(cfg(500 * US), model(), &starts(1, 8));
+    let burst: Vec<(u64, u64)> = (0..10).map(|r| (r, 4160)).collect();
+    let w = writes(&p.submit_burst(&burst, 0).unwrap());
+    assert_eq!(w.len(), 1);
+    assert_eq!(w[0].reqs, burst);
+    assert_eq!(p.gathering(), 0);
+
+    // 20 requests of 4160 bytes: 15 fill a 64 KiB segment, the other 5 gather.
+    let mut p = Policy::new(cfg(500 * US), model(), &starts(1, 8));
+    let burst: Vec<(u64, u64)> = (0..20).map(|r| (r, 4160)).collect();
+    let w = writes(&p.submit_burst(&burst, 0).unwrap());
+    assert_eq!(w.len(), 1);
+    assert_eq!(w[0].reqs, burst[..15].to_vec());
+    assert_eq!(p.gathering(), 5);
+    let w = writes(&p.completed(0, 1_000 * US).unwrap());
+    assert_eq!(w.len(), 1);
+    assert_eq!(w[0].reqs, burst[15..].to_vec());
+    assert!(p.submit_burst(&[(99, 64 * 1024 + 1)], 2_000 * US).is_err());
+}
+
 #[test]
 fn requests_gather_while_busy_until_t_wait() {
     let mut p = Policy::new(cfg(300 * US), model(), &starts(1, 8));
