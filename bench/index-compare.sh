@@ -13,7 +13,7 @@
 # limit; if that is OOM-killed it is retried under REOPEN_LIMIT and marked.
 #
 # Usage: bench/index-compare.sh            (environment overrides below; ~20 min on 2 cores)
-#   BUDGET_MIB=32 SLACK_MIB=64 PRELOAD=12000000 OPS=8000000 WINDOW=60 SYNC_EVERY=1000
+#   BUDGET_MIB=32 SLACK_MIB=64 PRELOAD=12000000 OPS=1000000000 WINDOW=60 SYNC_EVERY=1000
 #   QUERIES=2000 RANGE_LEN=100 SEED=1 MAX_RUN=64 ENGINES="bosc-btree redb fjall bosc-hash plain-hash"
 #   SCRATCH=/var/tmp/mariner-index-bench IN_MEMCG=<checkout>/../shared/tools/in-memcg
 #   LIMIT_MIB_fjall=256 (per-engine cgroup limit, '-' as '_': for an engine that cannot run at
@@ -29,7 +29,10 @@ BUDGET_MIB=${BUDGET_MIB:-32}
 # of the index at most.
 SLACK_MIB=${SLACK_MIB:-64}
 PRELOAD=${PRELOAD:-12000000}
-OPS=${OPS:-8000000}
+# The window decides how long a phase runs; OPS only caps it. The hash tables pack a key into a
+# u64 (24 bits of insert timestamp), so they stop at 2^23 - 1 operations per phase.
+OPS=${OPS:-1000000000}
+HASH_MAX_OPS=8388607
 WINDOW=${WINDOW:-60}
 SYNC_EVERY=${SYNC_EVERY:-1000}
 QUERIES=${QUERIES:-2000}
@@ -69,8 +72,10 @@ for e in $ENGINES; do
   [ "$limit" = "$LIMIT_MIB" ] || echo "$limit" >"$OUT/$e.limit"
   dir=$SCRATCH/$e
   rm -rf "$dir"; mkdir -p "$dir"
+  ops=$OPS
+  case $e in *hash) [ "$ops" -le $HASH_MAX_OPS ] || ops=$HASH_MAX_OPS ;; esac
   args=(--engine "$e" --dir "$dir" --budget "${BUDGET_MIB}MiB" --preload-entries "$PRELOAD"
-        --ops "$OPS" --window-secs "$WINDOW" --sync-every "$SYNC_EVERY" --queries "$QUERIES"
+        --ops "$ops" --window-secs "$WINDOW" --sync-every "$SYNC_EVERY" --queries "$QUERIES"
         --range-len "$RANGE_LEN" --seed "$SEED" --max-run "$MAX_RUN")
   echo "+ $IN_MEMCG ${limit}M $BIN ${args[*]}" | tee -a "$OUT/commands.txt"
   rc=0

@@ -98,6 +98,16 @@ impl EngineKind {
     pub fn ranges(self) -> bool {
         !matches!(self, EngineKind::BoscHash | EngineKind::PlainHash)
     }
+
+    /// Most operations per timed phase: the hash tables pack a key into a u64, with 24 bits
+    /// for the insert's timestamp; the ordered engines keep whole 20-byte keys.
+    pub fn max_ops(self) -> u64 {
+        if self.ranges() {
+            1 << 40
+        } else {
+            (1 << 23) - 1
+        }
+    }
 }
 
 /// One run's parameters.
@@ -160,8 +170,12 @@ impl Config {
         if self.preload_entries == 0 || self.sync_every == 0 {
             return bad("preload and sync-every must be at least 1");
         }
-        if self.ops >= 1 << 23 {
-            return bad("at most 2^23 operations per phase (insert timestamps pack into 24 bits)");
+        if self.ops > self.engine.max_ops() {
+            return bad(&format!(
+                "at most {} operations per phase for {} (hash keys pack timestamps into 24 bits)",
+                self.engine.max_ops(),
+                self.engine.name()
+            ));
         }
         if self.preload_entries >= 1 << 30 {
             return bad("at most 2^30 preloaded entries (LBAs pack into 32 bits)");
