@@ -109,6 +109,7 @@ pub async fn serve_connection(
     let _ = stream.set_nodelay(true);
     let mut io = PduStream {
         buf: Vec::new(),
+        start: 0,
         decoder: Decoder::new(64 * 1024),
         digests: Digests::default(),
     };
@@ -137,7 +138,13 @@ pub async fn serve_connection(
 }
 
 pub(crate) struct PduStream {
+    /// Bytes received; those before `start` are decoded already.
     buf: Vec<u8>,
+    /// Where the next PDU starts in `buf`. One read brings many PDUs at depth (a dozen 4 KiB
+    /// writes); taking each off the front would shift the rest down every time, so the
+    /// decoded ones are dropped only before the next read, when at most a partial PDU is
+    /// left to move.
+    start: usize,
     decoder: Decoder,
     digests: Digests,
 }
@@ -149,9 +156,11 @@ impl PduStream {
         stream: &mut (impl AsyncRead + Unpin),
     ) -> Result<Option<Pdu>, ConnectionError> {
         loop {
-            if let Some(pdu) = self.decoder.decode(&mut self.buf)? {
+            if let Some(pdu) = self.decoded()? {
                 return Ok(Some(pdu));
             }
+            self.buf.drain(..self.start);
+            self.start = 0;
             self.buf.reserve(64 * 1024);
             let n = stream.read_buf(&mut self.buf).await?;
             if n == 0 {
@@ -162,7 +171,12 @@ impl PduStream {
 
     /// The next PDU already received in full, without reading from the connection.
     pub(crate) fn decoded(&mut self) -> Result<Option<Pdu>, ConnectionError> {
-        Ok(self.decoder.decode(&mut self.buf)?)
+        let rest = self.buf.get(self.start..).unwrap_or_default();
+        let Some((pdu, len)) = self.decoder.decode_prefix(rest)? else {
+            return Ok(None);
+        };
+        self.start += len;
+        Ok(Some(pdu))
     }
 
     pub(crate) async fn write(
