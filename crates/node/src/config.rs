@@ -92,7 +92,10 @@ pub struct StoreSection {
     pub sync_interval_ms: u64,
     /// ... or after this much was applied.
     pub sync_size: ByteSize,
-    /// Write payloads kept in memory for the applier (beyond: read back from the log).
+    /// Write payloads kept in memory for the applier (beyond: read back from the log). 0 by
+    /// default: the applier reads runs of records back with one read each, and payloads held
+    /// for seconds made the connection threads' heaps grow page by page (a page fault and an
+    /// `mprotect` per few writes) — CPU per write is lower without them (docs/benchmarks.md).
     pub payload_budget: ByteSize,
     /// Write-back: apply to the images once the writers have paused this long (0: at once).
     pub apply_idle_ms: u64,
@@ -219,7 +222,7 @@ impl Default for StoreSection {
         Self {
             sync_interval_ms: 500,
             sync_size: ByteSize::mib(64),
-            payload_budget: ByteSize::mib(64),
+            payload_budget: ByteSize::b(0),
             apply_idle_ms: 20,
             apply_max_delay_ms: 30_000,
         }
