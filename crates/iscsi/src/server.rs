@@ -112,6 +112,7 @@ pub async fn serve_connection(
         start: 0,
         decoder: Decoder::new(64 * 1024),
         digests: Digests::default(),
+        out: Vec::new(),
     };
     let established = tokio::time::timeout(
         config.login_timeout,
@@ -147,6 +148,8 @@ pub(crate) struct PduStream {
     start: usize,
     decoder: Decoder,
     digests: Digests,
+    /// Encoded PDUs on their way out, reused from write to write.
+    out: Vec<u8>,
 }
 
 impl PduStream {
@@ -180,15 +183,22 @@ impl PduStream {
     }
 
     pub(crate) async fn write(
-        &self,
+        &mut self,
         stream: &mut (impl AsyncWrite + Unpin),
         pdus: &[Pdu],
     ) -> io::Result<()> {
-        let mut out = Vec::new();
+        // The encoding buffer is kept for the next write (it grew by doubling on every write
+        // before), unless a large data-in made it big.
+        const KEEP: usize = 1 << 20;
+        self.out.clear();
         for p in pdus {
-            p.encode(self.digests, &mut out);
+            p.encode(self.digests, &mut self.out);
         }
-        stream.write_all(&out).await
+        let result = stream.write_all(&self.out).await;
+        if self.out.capacity() > KEEP {
+            self.out = Vec::new();
+        }
+        result
     }
 }
 
