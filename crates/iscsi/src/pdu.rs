@@ -263,6 +263,18 @@ impl Decoder {
     /// Takes one complete PDU from the front of `buf`, or returns `Ok(None)` if more bytes
     /// are needed. On error the stream is unusable.
     pub fn decode(&self, buf: &mut Vec<u8>) -> Result<Option<Pdu>, PduError> {
+        let Some((pdu, total)) = self.decode_prefix(buf)? else {
+            return Ok(None);
+        };
+        buf.drain(..total);
+        Ok(Some(pdu))
+    }
+
+    /// Decodes the PDU at the front of `buf` without consuming it: the PDU and the number of
+    /// bytes it occupies, or `Ok(None)` if more bytes are needed. A reader holding many
+    /// PDUs in one buffer advances an offset with this instead of shifting the rest of the
+    /// buffer down after each one. On error the stream is unusable.
+    pub fn decode_prefix(&self, buf: &[u8]) -> Result<Option<(Pdu, usize)>, PduError> {
         let Some(head) = buf.get(..BHS_LEN) else {
             return Ok(None);
         };
@@ -294,8 +306,7 @@ impl Decoder {
             ahs: buf[BHS_LEN..header_end].to_vec(),
             data: buf[at..data_end].to_vec(),
         };
-        buf.drain(..total);
-        Ok(Some(pdu))
+        Ok(Some((pdu, total)))
     }
 }
 

@@ -109,8 +109,10 @@ pub async fn serve_connection(
     let _ = stream.set_nodelay(true);
     let mut io = PduStream {
         buf: Vec::new(),
+        start: 0,
         decoder: Decoder::new(64 * 1024),
         digests: Digests::default(),
+        out: Vec::new(),
     };
     let established = tokio::time::timeout(
         config.login_timeout,
@@ -137,9 +139,17 @@ pub async fn serve_connection(
 }
 
 pub(crate) struct PduStream {
+    /// Bytes received; those before `start` are decoded already.
     buf: Vec<u8>,
+    /// Where the next PDU starts in `buf`. One read brings many PDUs at depth (a dozen 4 KiB
+    /// writes); taking each off the front would shift the rest down every time, so the
+    /// decoded ones are dropped only before the next read, when at most a partial PDU is
+    /// left to move.
+    start: usize,
     decoder: Decoder,
     digests: Digests,
+    /// Encoded PDUs on their way out, reused from write to write.
+    out: Vec<u8>,
 }
 
 impl PduStream {
@@ -149,9 +159,11 @@ impl PduStream {
         stream: &mut (impl AsyncRead + Unpin),
     ) -> Result<Option<Pdu>, ConnectionError> {
         loop {
-            if let Some(pdu) = self.decoder.decode(&mut self.buf)? {
+            if let Some(pdu) = self.decoded()? {
                 return Ok(Some(pdu));
             }
+            self.buf.drain(..self.start);
+            self.start = 0;
             self.buf.reserve(64 * 1024);
             let n = stream.read_buf(&mut self.buf).await?;
             if n == 0 {
@@ -162,19 +174,31 @@ impl PduStream {
 
     /// The next PDU already received in full, without reading from the connection.
     pub(crate) fn decoded(&mut self) -> Result<Option<Pdu>, ConnectionError> {
-        Ok(self.decoder.decode(&mut self.buf)?)
+        let rest = self.buf.get(self.start..).unwrap_or_default();
+        let Some((pdu, len)) = self.decoder.decode_prefix(rest)? else {
+            return Ok(None);
+        };
+        self.start += len;
+        Ok(Some(pdu))
     }
 
     pub(crate) async fn write(
-        &self,
+        &mut self,
         stream: &mut (impl AsyncWrite + Unpin),
         pdus: &[Pdu],
     ) -> io::Result<()> {
-        let mut out = Vec::new();
+        // The encoding buffer is kept for the next write (it grew by doubling on every write
+        // before), unless a large data-in made it big.
+        const KEEP: usize = 1 << 20;
+        self.out.clear();
         for p in pdus {
-            p.encode(self.digests, &mut out);
+            p.encode(self.digests, &mut self.out);
         }
-        stream.write_all(&out).await
+        let result = stream.write_all(&self.out).await;
+        if self.out.capacity() > KEEP {
+            self.out = Vec::new();
+        }
+        result
     }
 }
 

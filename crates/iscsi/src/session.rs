@@ -201,12 +201,28 @@ impl Session {
         // responses leave in one segment, without a spawn, a channel send and a cross-thread
         // wakeup per command. Dropping the set (the connection ends) drops every task.
         let mut tasks: FuturesUnordered<TaskFuture> = FuturesUnordered::new();
+        // The PDUs of one write to the connection, kept from write to write: at depth every
+        // completed command adds to it, and a fresh vector per round and per completion were
+        // a good part of the session's allocations.
+        let mut out: Vec<Pdu> = Vec::new();
         loop {
-            let (mut out, mut close) = tokio::select! {
-                Some(done) = tasks.next(), if !tasks.is_empty() => (self.completed(done), false),
-                Some(event) = done_rx.recv() => self.event(event),
+            out.clear();
+            let mut close = tokio::select! {
+                Some(done) = tasks.next(), if !tasks.is_empty() => {
+                    self.completed(done, &mut out);
+                    false
+                }
+                Some(event) = done_rx.recv() => {
+                    let (more, c) = self.event(event);
+                    out.extend(more);
+                    c
+                }
                 req = io.read(&mut rd) => match req? {
-                    Some(req) => self.handle(req),
+                    Some(req) => {
+                        let (more, c) = self.handle(req);
+                        out.extend(more);
+                        c
+                    }
                     None => return Ok(()),
                 },
             };
@@ -219,7 +235,7 @@ impl Session {
                     break;
                 }
                 if let Some(Some(done)) = tasks.next().now_or_never() {
-                    out.extend(self.completed(done));
+                    self.completed(done, &mut out);
                     continue;
                 }
                 if let Ok(event) = done_rx.try_recv() {
@@ -241,11 +257,10 @@ impl Session {
         }
     }
 
-    /// The PDUs for a task that ended: none when it was aborted.
-    fn completed(&mut self, done: Option<(u64, Completion)>) -> Vec<Pdu> {
-        match done {
-            Some((tag, completion)) => self.complete(tag, completion),
-            None => Vec::new(),
+    /// Adds the PDUs for a task that ended to `out`: none when it was aborted.
+    fn completed(&mut self, done: Option<(u64, Completion)>, out: &mut Vec<Pdu>) {
+        if let Some((tag, completion)) = done {
+            self.complete(tag, completion, out);
         }
     }
 
@@ -477,18 +492,20 @@ impl Session {
         }
     }
 
-    /// Turns a completion into data-in and response PDUs, unless its task was aborted.
-    fn complete(&mut self, tag: u64, c: Completion) -> Vec<Pdu> {
+    /// Adds a completion's data-in and response PDUs to `out`, unless its task was aborted.
+    fn complete(&mut self, tag: u64, c: Completion, out: &mut Vec<Pdu>) {
         match self.running.get(&c.itt) {
             Some(r) if r.tag == tag => {}
-            _ => return Vec::new(),
+            _ => return,
         }
         self.running.remove(&c.itt);
-        let mut out = self.data_in(c.itt, c.lun_id, c.data_in);
+        let data_in = self.data_in(c.itt, c.lun_id, c.data_in);
+        let carries_data = !data_in.is_empty();
+        out.extend(data_in);
         // Phase collapse (RFC 7143 §11.7.4): GOOD status without sense rides on the final
         // Data-In (S bit), saving a SCSI Response PDU per read.
         match out.last_mut() {
-            Some(last) if c.status == Status::Good && c.sense.is_none() => {
+            Some(last) if carries_data && c.status == Status::Good && c.sense.is_none() => {
                 last.bhs[1] |= 0x01 | c.flag;
                 last.bhs[3] = c.status.code();
                 self.stamp(last, true);
@@ -496,7 +513,6 @@ impl Session {
             }
             _ => out.push(self.response(c.itt, c.status, c.sense.as_ref(), c.flag, c.resid)),
         }
-        out
     }
 
     fn r2t(&mut self, itt: u32, task: &mut PendingWrite) -> Pdu {

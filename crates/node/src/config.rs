@@ -92,8 +92,9 @@ pub struct StoreSection {
     pub sync_interval_ms: u64,
     /// ... or after this much was applied.
     pub sync_size: ByteSize,
-    /// Write payloads kept in memory for the applier (beyond: read back from the log).
-    pub payload_budget: ByteSize,
+    /// Write payloads kept in memory for the applier (beyond: read back from the log). Unset:
+    /// [`Config::payload_budget`] decides.
+    pub payload_budget: Option<ByteSize>,
     /// Write-back: apply to the images once the writers have paused this long (0: at once).
     pub apply_idle_ms: u64,
     /// ... or once a record has waited this long (the log being half full also starts it).
@@ -124,6 +125,20 @@ pub struct TestSection {
 }
 
 impl Config {
+    /// The store's payload budget: as configured, else none with a buffered log and 64 MiB
+    /// with `direct_io`. A buffered log's records are read back from the page cache, a run of
+    /// them per read, which costs less than holding payloads for seconds: they made the
+    /// connection threads' heaps grow page by page through every burst (a page fault and an
+    /// `mprotect` every few writes; docs/benchmarks.md). An `O_DIRECT` log has no page cache,
+    /// so reading back would be device I/O.
+    pub fn payload_budget(&self) -> ByteSize {
+        self.store.payload_budget.unwrap_or(if self.log.direct_io {
+            ByteSize::mib(64)
+        } else {
+            ByteSize::b(0)
+        })
+    }
+
     /// [`Config::worker_threads`], or its default for this machine.
     pub fn worker_threads(&self) -> usize {
         self.worker_threads.unwrap_or_else(|| {
@@ -219,7 +234,7 @@ impl Default for StoreSection {
         Self {
             sync_interval_ms: 500,
             sync_size: ByteSize::mib(64),
-            payload_budget: ByteSize::mib(64),
+            payload_budget: None,
             apply_idle_ms: 20,
             apply_max_delay_ms: 30_000,
         }
@@ -303,6 +318,16 @@ mod tests {
         assert_eq!(default_segment_bytes(1 << 30), 16 << 20);
         assert_eq!(default_segment_bytes(1 << 40), 16 << 20);
         assert_eq!(default_segment_bytes(5 << 20), 1 << 20);
+    }
+
+    #[test]
+    fn payload_budget_defaults_to_none_unless_the_log_bypasses_the_page_cache() {
+        let c: Config = toml::from_str("").unwrap();
+        assert_eq!(c.payload_budget(), ByteSize::b(0));
+        let direct: Config = toml::from_str("[log]\ndirect_io = true\n").unwrap();
+        assert_eq!(direct.payload_budget(), ByteSize::mib(64));
+        let set: Config = toml::from_str("[store]\npayload_budget = \"8MiB\"\n").unwrap();
+        assert_eq!(set.payload_budget(), ByteSize::mib(8));
     }
 
     #[test]

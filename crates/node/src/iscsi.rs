@@ -145,7 +145,7 @@ impl BlockBackend for Volume {
             physical_block_size: self.physical_block_bytes(),
             // Every write of up to max_io_bytes is one log record: all of it or none.
             max_atomic_blocks: max_blocks,
-            serial: format!("MARINER{id:08X}{created_ns:016X}"),
+            serial: self.serial().clone(),
             naa_id: naa_id(id, created_ns),
         }
     }

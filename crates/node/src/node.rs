@@ -576,7 +576,7 @@ fn store_config(dir: &DataDir, cfg: &Config) -> StoreConfig {
         progress_path: dir.path("store.progress"),
         sync_interval_ms: cfg.store.sync_interval_ms,
         sync_bytes: cfg.store.sync_size.as_u64(),
-        payload_budget_bytes: cfg.store.payload_budget.as_u64(),
+        payload_budget_bytes: cfg.payload_budget().as_u64(),
         apply_idle_ms: cfg.store.apply_idle_ms,
         apply_max_delay_ms: cfg.store.apply_max_delay_ms,
     }

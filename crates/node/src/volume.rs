@@ -47,6 +47,9 @@ pub struct Volume {
     /// LUN reset from one session aborts the tasks of all).
     unit: Arc<UnitState>,
     pub stats: VolumeStats,
+    /// The SCSI unit serial number, made once: the id and creation time it is made of never
+    /// change, and the geometry that reports it is built for every iSCSI command.
+    serial: Arc<str>,
 }
 
 impl Volume {
@@ -56,7 +59,9 @@ impl Volume {
         store: Arc<Store>,
         reservations: Arc<Reservations>,
     ) -> Self {
+        let serial = format!("MARINER{:08X}{:016X}", meta.id, meta.created_ns).into();
         Self {
+            serial,
             meta: RwLock::new(meta),
             log,
             store,
@@ -82,6 +87,11 @@ impl Volume {
             .read()
             .map(|m| m.clone())
             .unwrap_or_else(|p| p.into_inner().clone())
+    }
+
+    /// The SCSI unit serial number.
+    pub fn serial(&self) -> &Arc<str> {
+        &self.serial
     }
 
     /// The volume's SCSI reservations.

@@ -26,8 +26,9 @@ pub struct Geometry {
     /// Largest write, in blocks, that is atomic (all of it or none, whatever the power loss or
     /// concurrent command): WRITE ATOMIC(16) accepts up to this many. Zero: no atomic writes.
     pub max_atomic_blocks: u32,
-    /// Unit serial number (ASCII, VPD page 0x80).
-    pub serial: String,
+    /// Unit serial number (ASCII, VPD page 0x80). Shared, not owned: the geometry is built
+    /// for every command, and a backend can hand out the same string each time.
+    pub serial: std::sync::Arc<str>,
     /// 16-byte identifier reported as an NAA-6 designator (VPD page 0x83); byte 0's high nibble
     /// is replaced by the NAA type.
     pub naa_id: [u8; 16],

@@ -33,7 +33,7 @@ impl MemoryBackend {
                 physical_block_size: block_size,
                 // Every write holds the map's write lock throughout.
                 max_atomic_blocks: (8 << 20) / block_size,
-                serial: serial.to_string(),
+                serial: serial.into(),
                 naa_id,
             },
             blocks: RwLock::new(BTreeMap::new()),

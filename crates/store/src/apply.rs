@@ -4,14 +4,44 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mariner_log::RecordKind;
+use mariner_log::{RecordKind, RECORD_HEADER_LEN};
 
 use crate::{Item, Progress, Store, StoreError};
 
 /// Records taken from the queue per round.
 const ROUND: usize = 256;
 
+/// Largest run of records read back from the log with one read.
+const READBACK_BYTES: u64 = 1 << 20;
+
+/// How many records at the front of `items` to read back from the log with one read: write
+/// records without a payload in memory that lie back to back on one device (each starts
+/// where the previous one's span ends, as the records of a batch and of batches written one
+/// after another do), at most [`READBACK_BYTES`] in all.
+fn readback_run(items: &[Item]) -> usize {
+    let needs_read = |i: &Item| i.header.kind == RecordKind::Write && i.payload.is_none();
+    let Some(first) = items.first().filter(|i| needs_read(i)) else {
+        return 0;
+    };
+    let mut n = 1;
+    let mut prev = first;
+    for item in &items[1..] {
+        let follows = item.addr.dev() == prev.addr.dev()
+            && item.addr.offset() == prev.addr.offset() + u64::from(prev.header.span);
+        let end =
+            item.addr.offset() + RECORD_HEADER_LEN as u64 + u64::from(item.header.payload_len);
+        if !needs_read(item) || !follows || end - first.addr.offset() > READBACK_BYTES {
+            break;
+        }
+        n += 1;
+        prev = item;
+    }
+    n
+}
+
 struct Cursor {
+    /// Scratch for records read back from the log, reused run after run.
+    readback: Vec<u8>,
     next: u64,
     applied_ts: u64,
     unsynced_bytes: u64,
@@ -22,6 +52,7 @@ impl Store {
     pub(crate) fn run(self: Arc<Self>) {
         let p = self.progress();
         let mut c = Cursor {
+            readback: Vec::new(),
             next: p.applied_seq + 1,
             applied_ts: p.applied_ts,
             unsynced_bytes: 0,
@@ -107,21 +138,63 @@ impl Store {
     }
 
     fn apply_all(&self, items: &[Item], c: &mut Cursor) -> Result<(), StoreError> {
-        for item in items {
-            self.apply_one(item)?;
-            c.next = item.header.seq + 1;
-            c.applied_ts = c.applied_ts.max(item.header.timestamp_ns);
-            c.unsynced_bytes += u64::from(item.header.payload_len);
-            self.stats.applied_seq.store(item.header.seq, Relaxed);
-            self.stats.applied_records.fetch_add(1, Relaxed);
-            self.stats
-                .applied_bytes
-                .fetch_add(u64::from(item.header.length), Relaxed);
+        let mut at = 0;
+        while at < items.len() {
+            let run = readback_run(&items[at..]);
+            if run < 2 {
+                self.apply_one(&items[at], None)?;
+                self.applied(&items[at], c);
+                at += 1;
+                continue;
+            }
+            let run = &items[at..at + run];
+            let payloads = self.log_read_run(run, &mut c.readback)?;
+            for (item, payload) in run.iter().zip(payloads) {
+                self.apply_one(item, c.readback.get(payload))?;
+                self.applied(item, c);
+            }
+            at += run.len();
         }
         Ok(())
     }
 
-    fn apply_one(&self, item: &Item) -> Result<(), StoreError> {
+    /// Reads back the payloads of `run` (see [`readback_run`]) with one log read into `buf`;
+    /// returns where each lies in it.
+    fn log_read_run(
+        &self,
+        run: &[Item],
+        buf: &mut Vec<u8>,
+    ) -> Result<Vec<std::ops::Range<usize>>, StoreError> {
+        let (Some(first), Some(last)) = (run.first(), run.last()) else {
+            return Ok(Vec::new());
+        };
+        let log = self
+            .log
+            .get()
+            .ok_or_else(|| StoreError::Failed("no log attached".into()))?;
+        let len = last.addr.offset() - first.addr.offset()
+            + RECORD_HEADER_LEN as u64
+            + u64::from(last.header.payload_len);
+        let seqs: Vec<u64> = run.iter().map(|i| i.header.seq).collect();
+        let read = log.read_following(first.addr, &seqs, len, buf)?;
+        self.stats.log_reads.fetch_add(run.len() as u64, Relaxed);
+        Ok(read.into_iter().map(|(_, payload)| payload).collect())
+    }
+
+    /// Bookkeeping once `item` is in its image (or skipped).
+    fn applied(&self, item: &Item, c: &mut Cursor) {
+        c.next = item.header.seq + 1;
+        c.applied_ts = c.applied_ts.max(item.header.timestamp_ns);
+        c.unsynced_bytes += u64::from(item.header.payload_len);
+        self.stats.applied_seq.store(item.header.seq, Relaxed);
+        self.stats.applied_records.fetch_add(1, Relaxed);
+        self.stats
+            .applied_bytes
+            .fetch_add(u64::from(item.header.length), Relaxed);
+    }
+
+    /// Applies one record; `fetched` is its payload when the caller read it back already.
+    fn apply_one(&self, item: &Item, fetched: Option<&[u8]>) -> Result<(), StoreError> {
         let h = &item.header;
         if let Some(p) = &item.payload {
             self.stats
@@ -144,9 +217,10 @@ impl Store {
             return Ok(());
         }
         match h.kind {
-            RecordKind::Write => match &item.payload {
-                Some(p) => image.disk.write_at(p, h.offset)?,
-                None => {
+            RecordKind::Write => match (&item.payload, fetched) {
+                (Some(p), _) => image.disk.write_at(p, h.offset)?,
+                (None, Some(p)) => image.disk.write_at(p, h.offset)?,
+                (None, None) => {
                     let (_, p) = self.log_read(item.addr, h.seq)?;
                     image.disk.write_at(&p, h.offset)?;
                 }

@@ -5,6 +5,7 @@
 //! so an insert only takes the parts of its range where nothing newer is mapped. An applied
 //! record is removed only where it is still the mapped one.
 
+use std::collections::btree_map::Entry;
 use std::collections::BTreeMap;
 
 use mariner_log::LogAddr;
@@ -67,9 +68,25 @@ impl ExtentMap {
         }
     }
 
+    /// Whether any piece overlaps `[start, end)`. Pieces are disjoint and sorted, so only the
+    /// last one starting before `end` can reach into the range: one descent of the tree.
+    fn overlaps(&self, start: u64, end: u64) -> bool {
+        self.map
+            .range(..end)
+            .next_back()
+            .is_some_and(|(_, p)| p.end > start)
+    }
+
     /// Maps `[start, end)` to record `seq`, except where a newer record is already mapped.
     pub fn insert(&mut self, start: u64, end: u64, seq: u64, src: Source) {
         if start >= end {
+            return;
+        }
+        // The common case, a write to a range with nothing unapplied in it, costs two
+        // descents instead of collecting and re-inserting neighbours (the overlay is touched
+        // for every write, on the log's completion path).
+        if !self.overlaps(start, end) {
+            self.map.insert(start, Piece { end, seq, src });
             return;
         }
         let mut cursor = start;
@@ -94,6 +111,15 @@ impl ExtentMap {
 
     /// Unmaps the parts of `[start, end)` still mapped to record `seq`.
     pub fn remove(&mut self, start: u64, end: u64, seq: u64) {
+        // The common case: the record's piece is still mapped whole. Pieces are disjoint, so
+        // nothing else overlaps its range and one descent removes it.
+        if let Entry::Occupied(e) = self.map.entry(start) {
+            let p = e.get();
+            if p.end == end && p.seq == seq {
+                e.remove();
+                return;
+            }
+        }
         for (k, p) in self.take_overlapping(start, end) {
             if p.seq != seq {
                 self.map.insert(k, p);

@@ -181,6 +181,69 @@ fn write_back_node(idle_ms: u64, max_delay_ms: u64) -> (tempfile::TempDir, Arc<d
     (dir, image, n)
 }
 
+/// With no payloads kept in memory the applier reads records back from the log, a run of
+/// consecutive records per read, across batches and around records without a payload.
+#[test]
+fn records_read_back_in_runs_reach_the_image() {
+    let dir = tempfile::tempdir().unwrap();
+    let logs: Vec<Arc<dyn Disk>> = vec![Arc::new(MemDisk::new(1 << 20))];
+    Log::format(&logs, &log_cfg(), LOG_ID).unwrap();
+    let image: Arc<dyn Disk> = Arc::new(MemDisk::new(SIZE as usize));
+    let cfg = StoreConfig {
+        payload_budget_bytes: 0,
+        ..store_cfg(dir.path())
+    };
+    let n = open_with(dir.path(), &logs, image.clone(), true, cfg);
+    let mut want = vec![0u8; 64 * 1024];
+    let mut writes = 0;
+    let mut waits = Vec::new();
+    for i in 0..40u64 {
+        let offset = (i * 7 % 16) * 4096;
+        if i % 9 == 8 {
+            assert!(trim(&n, offset, 4096));
+            want[offset as usize..offset as usize + 4096].fill(0);
+            continue;
+        }
+        let len = if i % 3 == 0 { 4096 } else { 1024 };
+        // Up to four appends in flight, so that batches hold several records.
+        let data = vec![i as u8 + 1; len];
+        want[offset as usize..offset as usize + len].copy_from_slice(&data);
+        let wait = n
+            .log
+            .append(Entry::write(VOL, offset, Bytes::from(data)))
+            .unwrap();
+        waits.push(wait);
+        if i % 4 == 3 {
+            for w in waits.drain(..) {
+                assert!(w.blocking_recv().unwrap().is_ok());
+            }
+        }
+        writes += 1;
+    }
+    for w in waits.drain(..) {
+        assert!(w.blocking_recv().unwrap().is_ok());
+    }
+    assert!(write(&n, 60 * 1024, vec![0xee; 4096]));
+    want[60 * 1024..].fill(0xee);
+    writes += 1;
+    n.store.set_paused(false);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while applied(&n) < 41 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let reads = n
+        .store
+        .stats()
+        .log_reads
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(reads, writes, "every write record was read back");
+    let mut got = vec![0u8; want.len()];
+    image.read_at(&mut got, 0).unwrap();
+    assert_eq!(got, want);
+    n.store.shutdown();
+    n.log.shutdown();
+}
+
 /// Write-back: records stay in the log while the writers keep writing (reads see them through
 /// the overlay) and are applied once the writers pause.
 #[test]
