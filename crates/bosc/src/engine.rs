@@ -301,8 +301,9 @@ struct Inner<A> {
     commit_lock: Mutex<()>,
     /// The memory budget in force (starts as `cfg.memory_budget_bytes`).
     budget: AtomicUsize,
-    /// Queries read the disk under `read`; commit drops committed entries under `write`, so a
-    /// query never pairs a stale disk image with a queue that already lost its entries.
+    /// Queries read the disk under `read`; commit writes blocks in place and drops committed
+    /// entries under `write`, so a query never sees a half-written block, nor pairs a stale
+    /// disk image with a queue that already lost its entries.
     gate: RwLock<()>,
     /// Run buffers of the commit pipeline, reused: allocated per run and freed on another
     /// thread, they left the allocator's per-thread arenas holding tens of MB.
@@ -1414,8 +1415,13 @@ impl<A: BlockApp> Inner<A> {
             slot += run.len;
         }
         self.disk.sync()?;
-        for (run, buf) in &batch.runs {
-            self.disk.write_at(buf, self.geo.block_offset(run.start))?;
+        {
+            // Queries read blocks under the gate's read side: none may see a block half
+            // written (a buffered read and write of one page are not atomic to each other).
+            let _gate = self.gate.write().unwrap_or_else(PoisonError::into_inner);
+            for (run, buf) in &batch.runs {
+                self.disk.write_at(buf, self.geo.block_offset(run.start))?;
+            }
         }
         self.disk.sync()?;
         Ok(())
