@@ -66,6 +66,10 @@ measure() {
   res["$peer:cpu:32"]+="$(python3 -c "print('%.1f' % (($c1-$c0)/$hz/$W32*1e6))");"
   # Prefill the whole image so reads find data everywhere (1 MiB sequential writes).
   qemu-img bench -f raw -c $((SIZE >> 20)) -d 8 -s 1M -w --pattern=0x33 "$url" >/dev/null 2>&1
+  # Reads start once the server is idle: Mariner writes the prefill back to its image after
+  # the writers pause (tgtd wrote it synchronously), and timing reads during that write-back
+  # would measure the prefill (it halved Mariner's read rate).
+  settle "$pid"
   secs=$(bench "$url" "$R32" 32)
   res["$peer:read:32"]+="$(python3 -c "print('%.0f %.1f' % ($R32/$secs, $secs/$R32*32e6))");"
 }
