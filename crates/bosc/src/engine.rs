@@ -1066,7 +1066,19 @@ impl<A: BlockApp> Inner<A> {
     ) -> Result<(), Error> {
         let bs = self.geo.block_bytes as usize;
         let _gate = self.gate.read().unwrap_or_else(PoisonError::into_inner);
-        self.disk.read_at(buf, self.geo.block_offset(first))?;
+        let at = self.geo.block_offset(first);
+        // A hole of a sparse file reads as zeros: blocks never written. Not reading it keeps an
+        // open's scan of a large, mostly empty disk to the blocks in use.
+        let hole = self
+            .disk
+            .allocation(at, buf.len() as u64)?
+            .iter()
+            .all(|e| !e.allocated);
+        if hole {
+            buf.fill(0);
+        } else {
+            self.disk.read_at(buf, at)?;
+        }
         let st = lock(&self.state);
         let lsns = block_lsns(buf, self.disk_id, bs, first)?;
         self.merge_pending(&st, first, buf, &lsns);

@@ -145,7 +145,7 @@ pub fn check_block(
     disk: DiskId,
     expected: Option<u64>,
 ) -> Result<BlockHeader, BlockError> {
-    if image.iter().all(|&b| b == 0) {
+    if is_zero(image) {
         return Ok(BlockHeader {
             lsn: 0,
             block: expected.unwrap_or(u64::MAX),
@@ -169,6 +169,16 @@ pub fn check_block(
         }),
         _ => Ok(header),
     }
+}
+
+/// Whether every byte is zero: a sealed block fails at its first word (CRC and magic), a
+/// never-written one is compared a word at a time (opens scan whole disks of them).
+fn is_zero(b: &[u8]) -> bool {
+    let mut words = b.chunks_exact(8);
+    words
+        .by_ref()
+        .all(|w| u64::from_ne_bytes([w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]]) == 0)
+        && words.remainder().iter().all(|&x| x == 0)
 }
 
 fn u64_at(b: &[u8], at: usize) -> u64 {

@@ -163,7 +163,7 @@ impl BoscBtree {
         }
         let fill = capacity * 2 / 3;
         let leaves = cfg.preload_entries.div_ceil(fill as u64);
-        let block_count = leaves + cfg.ops / (capacity as u64 / 4) + 1024;
+        let block_count = leaves + cfg.max_inserts() / (capacity as u64 / 4) + 1024;
         let budget = budget_usize(cfg);
         let files = if fresh {
             BoscFiles::create::<LeafApp>(cfg, block_count, budget)?

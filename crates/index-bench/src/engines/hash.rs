@@ -27,7 +27,7 @@ fn pages(cfg: &Config, payload_bytes: usize) -> Result<u64, BenchError> {
             "pages too small for the hash table".into(),
         ));
     }
-    Ok((cfg.preload_entries + cfg.ops).div_ceil(per_page))
+    Ok((cfg.preload_entries + cfg.max_inserts()).div_ceil(per_page))
 }
 
 /// Pages laid out per pass of the bulk load: a quarter of the budget.
