@@ -177,7 +177,7 @@ fn is_zero(b: &[u8]) -> bool {
     let mut words = b.chunks_exact(8);
     words
         .by_ref()
-        .all(|w| u64::from_ne_bytes([w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]]) == 0)
+        .all(|w| u64::from_le_bytes([w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]]) == 0)
         && words.remainder().iter().all(|&x| x == 0)
 }
 
