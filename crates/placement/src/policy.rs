@@ -258,34 +258,14 @@ impl<M: DeviceModel> Policy<M> {
         self.devices.get(dev).map_or(0, |d| d.free_segments)
     }
 
-    /// A request of `bytes` arrives at `now`.
+    /// A request of `bytes` arrives at `now`: a burst of one.
     pub fn submit(
         &mut self,
         req: ReqId,
         bytes: u64,
         now: Nanos,
     ) -> Result<Vec<Action>, PolicyError> {
-        if self.cfg.align(bytes) > self.cfg.segment_bytes {
-            return Err(PolicyError::TooLarge {
-                bytes,
-                segment_bytes: self.cfg.segment_bytes,
-            });
-        }
-        let mut out = Vec::new();
-        self.admit(req, bytes, now, &mut out);
-        self.expire(now, &mut out);
-        Ok(out)
-    }
-
-    /// Places a request, or stalls it behind earlier stalled ones or for lack of log space.
-    fn admit(&mut self, req: ReqId, bytes: u64, now: Nanos, out: &mut Vec<Action>) {
-        if self.stalled.is_empty() {
-            if !self.place(req, bytes, now, now, out) {
-                self.stalled.push_back((req, bytes, now));
-            }
-        } else {
-            self.stalled.push_back((req, bytes, now));
-        }
+        self.submit_burst(&[(req, bytes)], now)
     }
 
     /// Several requests that arrived together (`(req, bytes)` in order), placed as if each
@@ -311,7 +291,10 @@ impl<M: DeviceModel> Policy<M> {
         let mut out = Vec::new();
         self.holding = true;
         for &(req, bytes) in reqs {
-            self.admit(req, bytes, now, &mut out);
+            // Behind earlier stalled requests, or stalled for lack of log space.
+            if !self.stalled.is_empty() || !self.place(req, bytes, now, now, &mut out) {
+                self.stalled.push_back((req, bytes, now));
+            }
         }
         self.holding = false;
         if std::mem::take(&mut self.deferred) {
