@@ -217,10 +217,9 @@ impl Store {
             return Ok(());
         }
         match h.kind {
-            RecordKind::Write => match (&item.payload, fetched) {
-                (Some(p), _) => image.disk.write_at(p, h.offset)?,
-                (None, Some(p)) => image.disk.write_at(p, h.offset)?,
-                (None, None) => {
+            RecordKind::Write => match item.payload.as_deref().or(fetched) {
+                Some(p) => image.disk.write_at(p, h.offset)?,
+                None => {
                     let (_, p) = self.log_read(item.addr, h.seq)?;
                     image.disk.write_at(&p, h.offset)?;
                 }
