@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use mariner_disk::Disk;
-use mariner_log::{Durable, DurableSink, Entry, Log, LogConfig, LogError, RecordKind, ReplayPlan};
+use mariner_log::{Durable, DurableSink, Entry, Log, LogConfig, RecordKind, ReplayPlan};
 
 use crate::format::{
     check_block, seal_block, Checkpoint, CheckpointError, DiskId, Geometry, LoggedMod, Op,
@@ -743,6 +743,42 @@ struct Batch {
     blocks: u64,
 }
 
+/// The merging side of the commit pipeline's writer thread: one batch in flight at most,
+/// retired on this side once written.
+struct BatchWriter<'a, A: BlockApp> {
+    inner: &'a Inner<A>,
+    to_write: std::sync::mpsc::SyncSender<Batch>,
+    written_back: std::sync::mpsc::Receiver<(Batch, Result<(), Error>)>,
+    in_flight: bool,
+    /// Blocks written and retired so far.
+    blocks: u64,
+}
+
+impl<A: BlockApp> BatchWriter<'_, A> {
+    /// Hands `batch` to the writer once the one before it is written and retired.
+    fn send(&mut self, batch: Batch) -> Result<(), Error> {
+        self.wait()?;
+        self.to_write
+            .send(batch)
+            .map_err(|_| Error::Failed("commit writer stopped".into()))?;
+        self.in_flight = true;
+        Ok(())
+    }
+
+    /// Waits for the batch in flight, if any, and retires it.
+    fn wait(&mut self) -> Result<(), Error> {
+        if std::mem::take(&mut self.in_flight) {
+            let (batch, r) = self
+                .written_back
+                .recv()
+                .map_err(|_| Error::Failed("commit writer stopped".into()))?;
+            r?;
+            self.blocks += self.inner.retire_batch(batch);
+        }
+        Ok(())
+    }
+}
+
 /// One block of a run as the commit cycle carries it.
 struct Staged {
     block: u64,
@@ -811,7 +847,7 @@ impl<A: BlockApp> Inner<A> {
                 let ticket = st.next_ticket;
                 st.next_ticket += 1;
                 st.unqueued.entry(c.block).or_default().insert(ticket);
-                sent.push((c, ticket, Ok::<_, LogError>(rx)));
+                sent.push((c, ticket, rx));
             }
             (floor, sent)
         };
@@ -820,8 +856,8 @@ impl<A: BlockApp> Inner<A> {
             .into_iter()
             .map(|(c, ticket, rx)| {
                 let r = rx
-                    .map_err(Error::from)
-                    .and_then(|rx| rx.blocking_recv().map_err(|_| Error::Failed("log".into())))
+                    .blocking_recv()
+                    .map_err(|_| Error::Failed("log".into()))
                     .and_then(|r| r.map_err(Error::from));
                 (c, ticket, r)
             })
@@ -956,12 +992,11 @@ impl<A: BlockApp> Inner<A> {
             if block >= self.geo.block_count {
                 return Err(Error::BadRecord(seq));
             }
+            // A record's own frontiers lie below its sequence number, and so do those of every
+            // record before it: it is queued, and the frontiers prune older entries later.
             frontiers.global = frontiers.global.max(m.global_frontier);
             let lf = frontiers.local.entry(block).or_insert(0);
             *lf = (*lf).max(m.local_frontier);
-            if seq < frontiers.global || seq <= *lf {
-                return Ok(());
-            }
             self.enqueue(&mut st, block, seq, m.op, m.bytes);
             if st.memory_bytes > prune_above {
                 frontiers.prune(&mut st);
@@ -1342,40 +1377,28 @@ impl<A: BlockApp> Inner<A> {
                     }
                 }
             });
-            let mut written = 0;
-            let mut in_flight = false;
-            let mut finish = |in_flight: &mut bool| -> Result<(), Error> {
-                if std::mem::take(in_flight) {
-                    let (batch, r) = drx
-                        .recv()
-                        .map_err(|_| Error::Failed("commit writer stopped".into()))?;
-                    r?;
-                    written += self.retire_batch(batch);
-                }
-                Ok(())
+            let mut writer = BatchWriter {
+                inner: self,
+                to_write: wtx,
+                written_back: drx,
+                in_flight: false,
+                blocks: 0,
             };
             let mut batch = Batch::default();
             for got in rx {
                 let (run, mut buf) = got?;
                 if batch.blocks + run.len > self.geo.dw_slots() {
-                    finish(&mut in_flight)?;
-                    wtx.send(std::mem::take(&mut batch))
-                        .map_err(|_| Error::Failed("commit writer stopped".into()))?;
-                    in_flight = true;
+                    writer.send(std::mem::take(&mut batch))?;
                 }
                 self.stage_run(run, &mut buf, &mut batch.staged)?;
                 batch.blocks += run.len;
                 batch.runs.push((run, buf));
             }
-            finish(&mut in_flight)?;
             if !batch.runs.is_empty() {
-                wtx.send(batch)
-                    .map_err(|_| Error::Failed("commit writer stopped".into()))?;
-                in_flight = true;
-                finish(&mut in_flight)?;
+                writer.send(batch)?;
             }
-            drop(wtx);
-            Ok(written)
+            writer.wait()?;
+            Ok(writer.blocks)
         })
     }
 
