@@ -97,7 +97,7 @@ pub struct StoreSection {
     pub payload_budget: Option<ByteSize>,
     /// Write-back: apply to the images once the writers have paused this long (0: at once).
     pub apply_idle_ms: u64,
-    /// ... or once a record has waited this long (the log being half full also starts it).
+    /// ... or once a record has waited this long (a log three quarters full also starts it).
     pub apply_max_delay_ms: u64,
 }
 
