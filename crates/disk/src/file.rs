@@ -25,6 +25,11 @@ pub struct OpenOptions {
     pub dsync: bool,
     /// Open for reading only; writes fail.
     pub read_only: bool,
+    /// Random access: `posix_fadvise(POSIX_FADV_RANDOM)`, so a buffered read of one block
+    /// reads that block and no read-ahead around it. For files read a block at a time at
+    /// random (an index's leaves or pages), where read-ahead fetches pages nobody asked for
+    /// and, under a memory limit, evicts pages that were wanted.
+    pub random: bool,
 }
 
 impl OpenOptions {
@@ -49,6 +54,11 @@ impl OpenOptions {
 
     pub fn read_only(mut self, read_only: bool) -> OpenOptions {
         self.read_only = read_only;
+        self
+    }
+
+    pub fn random(mut self, random: bool) -> OpenOptions {
+        self.random = random;
         self
     }
 
@@ -84,6 +94,15 @@ impl FileDisk {
             .custom_flags(options.custom_flags())
             .open(path)?;
         let block_device = file.metadata()?.file_type().is_block_device();
+        if options.random {
+            // SAFETY: the descriptor is open for as long as `file` lives; fadvise only records
+            // an access-pattern hint for it.
+            let rc =
+                unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_RANDOM) };
+            if rc != 0 {
+                return Err(io::Error::from_raw_os_error(rc));
+            }
+        }
         Ok(FileDisk {
             file,
             direct: options.direct,

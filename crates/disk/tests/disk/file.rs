@@ -146,3 +146,76 @@ fn writes_past_the_end_grow_the_file() -> io::Result<()> {
     assert_eq!(read_all(&disk)?, b"\0\0\0\0\0\0\0\0\0\0abc");
     Ok(())
 }
+
+/// Pages of `path` in `[offset, offset + len)` that are in the page cache.
+fn resident_pages(path: &std::path::Path, offset: u64, len: usize) -> io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    let file = std::fs::File::open(path)?;
+    let page = 4096;
+    // SAFETY: a read-only shared mapping of an open file, unmapped below; `mincore` writes one
+    // byte per page of the mapping into `vec`, which has exactly that many.
+    unsafe {
+        let addr = libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            file.as_raw_fd(),
+            offset as libc::off_t,
+        );
+        if addr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let mut vec = vec![0u8; len / page];
+        let rc = libc::mincore(addr, len, vec.as_mut_ptr());
+        let err = io::Error::last_os_error();
+        libc::munmap(addr, len);
+        if rc != 0 {
+            return Err(err);
+        }
+        Ok(vec.iter().filter(|&&b| b & 1 == 1).count())
+    }
+}
+
+/// Writes the file out and drops it from the page cache.
+fn evict(path: &std::path::Path) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let file = std::fs::File::open(path)?;
+    file.sync_all()?;
+    // SAFETY: the descriptor is open; fadvise only drops clean cached pages of the file.
+    let rc = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    if rc != 0 {
+        return Err(io::Error::from_raw_os_error(rc));
+    }
+    Ok(())
+}
+
+#[test]
+fn random_access_reads_no_pages_ahead() -> io::Result<()> {
+    let dir = tempdir()?;
+    let path = disk_path(&dir);
+    let size = 4096 * KIB;
+    let disk = FileDisk::open(&path, &OpenOptions::new().create(true))?;
+    disk.write_at(&pattern(size as usize, 3), 0)?;
+    drop(disk);
+    let mut block = vec![0u8; 4096];
+
+    // Without the hint, a read of the block after one just read makes the kernel read ahead
+    // (the pattern looks sequential; a neighbour in the cache from a write does the same):
+    // this is what the hint stops, and it shows that this file system reads ahead at all, so
+    // the check below can fail.
+    evict(&path)?;
+    let plain = FileDisk::open(&path, &OpenOptions::new())?;
+    plain.read_at(&mut block, 2048 * KIB)?;
+    plain.read_at(&mut block, 2052 * KIB)?;
+    let ahead = resident_pages(&path, 2048 * KIB, 512 * KIB as usize)?;
+    assert!(ahead > 2, "two plain reads brought {ahead} page(s) in");
+
+    evict(&path)?;
+    let random = FileDisk::open(&path, &OpenOptions::new().random(true))?;
+    random.read_at(&mut block, 1024 * KIB)?;
+    random.read_at(&mut block, 1028 * KIB)?;
+    assert_eq!(block, pattern(size as usize, 3)[1028 * 1024..1032 * 1024]);
+    assert_eq!(resident_pages(&path, 1024 * KIB, 512 * KIB as usize)?, 2);
+    Ok(())
+}

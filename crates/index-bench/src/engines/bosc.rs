@@ -48,7 +48,7 @@ impl BoscFiles {
         let files = Self::existing(cfg, block_count, budget);
         remove_old(&files.data)?;
         remove_old(&files.log)?;
-        let data = FileDisk::open(&files.data, &OpenOptions::new().create(true))?;
+        let data = FileDisk::open(&files.data, &OpenOptions::new().create(true).random(true))?;
         Bosc::<A>::format(&data, &files.cfg)?;
         let log_bytes = (2 * cfg.ops * LOG_RECORD_BYTES).clamp(16 << 20, 1 << 30);
         let log: Arc<dyn Disk> = Arc::new(FileDisk::open(
@@ -81,7 +81,10 @@ impl BoscFiles {
 
     /// Opens (and recovers) the engine.
     pub(super) fn open<A: BlockApp>(&self, app: A) -> Result<(Bosc<A>, OpenReport), BenchError> {
-        let data: Arc<dyn Disk> = Arc::new(FileDisk::open(&self.data, &OpenOptions::new())?);
+        let data: Arc<dyn Disk> = Arc::new(FileDisk::open(
+            &self.data,
+            &OpenOptions::new().random(true),
+        )?);
         let log: Arc<dyn Disk> = Arc::new(FileDisk::open(&self.log, &OpenOptions::new())?);
         let durability = Durability::OwnLog {
             devices: vec![log],
@@ -240,6 +243,7 @@ impl Engine for BoscBtree {
         m.insert("splits_with_read".into(), json!(n(&s.splits_with_read)));
         m.insert("counts_refreshed".into(), json!(n(&s.counts_refreshed)));
         m.insert("leaves_prefetched".into(), json!(n(&s.leaves_prefetched)));
+        m.insert("prefetch_s".into(), json!(n(&s.prefetch_us) as f64 / 1e6));
         m
     }
 

@@ -158,7 +158,7 @@ impl PlainHashEngine {
     fn disk(&self) -> Result<Arc<dyn Disk>, BenchError> {
         Ok(Arc::new(FileDisk::open(
             &self.path,
-            &OpenOptions::new().create(true),
+            &OpenOptions::new().create(true).random(true),
         )?))
     }
 
