@@ -228,6 +228,8 @@ pub struct TreeStats {
     pub counts_refreshed: AtomicU64,
     /// Leaves read ahead, concurrently, for the splits of a batch.
     pub leaves_prefetched: AtomicU64,
+    /// Microseconds batches waited for their reads ahead.
+    pub prefetch_us: AtomicU64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -495,10 +497,14 @@ impl BPlusTree {
     pub fn insert_batch(&self, records: &[(Key, u64)]) -> Result<(), Error> {
         let mut r = lock(&self.router);
         r.check()?;
+        let started = std::time::Instant::now();
         let mut staged = Staged {
             prefetched: self.prefetch(&r, records)?,
             ..Staged::default()
         };
+        self.stats
+            .prefetch_us
+            .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
         for &(key, value) in records {
             let (fence, block) = self.prepare(&mut r, key, &mut staged)?;
             staged.push(Change::modify(block, encode_mod(TAG_PUT, key, value)));

@@ -1453,8 +1453,8 @@ impl<A: BlockApp> Inner<A> {
         {
             // Queries read blocks under the gate's read side: none may see a block half
             // written (a buffered read and write of one page are not atomic to each other).
-            let _gate = self.gate.write().unwrap_or_else(PoisonError::into_inner);
             for (run, buf) in &batch.runs {
+                let _gate = self.gate.write().unwrap_or_else(PoisonError::into_inner);
                 self.disk.write_at(buf, self.geo.block_offset(run.start))?;
             }
         }
