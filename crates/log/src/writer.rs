@@ -519,10 +519,12 @@ impl Writer {
     /// Appends records that arrived together: the policy places them as one burst
     /// ([`Policy::submit_burst`]), so the first does not leave alone ahead of the rest.
     fn append_many(&mut self, entries: Vec<(Entry, Reply)>, arrived: Instant) -> Vec<Action> {
-        let reqs: Vec<(u64, u64)> = entries
-            .into_iter()
-            .filter_map(|(entry, reply)| self.enter(entry, None, reply, arrived))
-            .collect();
+        // Not `filter_map(..).collect()`: collected in place, the pairs would land in the
+        // entries' allocation and be moved again to shrink it (a realloc of the whole batch).
+        let mut reqs = Vec::with_capacity(entries.len());
+        for (entry, reply) in entries {
+            reqs.extend(self.enter(entry, None, reply, arrived));
+        }
         if reqs.is_empty() {
             return Vec::new();
         }
