@@ -37,7 +37,8 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{mpsc, Arc, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
 
 use crate::{BlockApp, Bosc, Change, Error, Op};
 
@@ -276,9 +277,6 @@ impl FreeBlocks {
     }
 }
 
-/// A block and its payload.
-type Payload = (u64, Vec<u8>);
-
 /// Changes staged for one group commit, and the blocks they touch.
 #[derive(Default)]
 struct Staged {
@@ -286,6 +284,8 @@ struct Staged {
     touched: HashSet<u64>,
     /// Payloads of leaves the batch will split, read ahead concurrently (as before the batch).
     prefetched: HashMap<u64, Vec<u8>>,
+    /// Low fences of the leaves the batch split.
+    split: HashSet<Key>,
 }
 
 impl Staged {
@@ -320,10 +320,77 @@ impl Router {
     }
 }
 
+/// Threads reading leaves for the splits of a batch ([`BPlusTree::prefetch`]), started at the
+/// first such batch and kept: spawning eight threads per batch (a stack mapped and unmapped
+/// each) cost more CPU than the reads.
+#[derive(Default)]
+struct Readers {
+    jobs: Mutex<Option<mpsc::Sender<ReadJob>>>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+/// A leaf to read and where to send its payload.
+struct ReadJob {
+    block: u64,
+    reply: mpsc::Sender<(u64, Result<Vec<u8>, Error>)>,
+}
+
+impl Readers {
+    /// Reads at most this many leaves at once.
+    const THREADS: usize = 8;
+
+    fn send(
+        &self,
+        bosc: &Arc<Bosc<LeafApp>>,
+        block: u64,
+        reply: mpsc::Sender<(u64, Result<Vec<u8>, Error>)>,
+    ) -> Result<(), Error> {
+        let mut jobs = self.jobs.lock().unwrap_or_else(PoisonError::into_inner);
+        if jobs.is_none() {
+            let (tx, rx) = mpsc::channel::<ReadJob>();
+            let rx = Arc::new(Mutex::new(rx));
+            let mut threads = self.threads.lock().unwrap_or_else(PoisonError::into_inner);
+            for i in 0..Self::THREADS {
+                let (rx, bosc) = (Arc::clone(&rx), Arc::clone(bosc));
+                let spawned = std::thread::Builder::new()
+                    .name(format!("btree-read{i}"))
+                    .spawn(move || loop {
+                        let job = rx.lock().unwrap_or_else(PoisonError::into_inner).recv();
+                        let Ok(job) = job else { return };
+                        let payload = bosc.query(job.block, <[u8]>::to_vec);
+                        let _ = job.reply.send((job.block, payload));
+                    });
+                threads.push(spawned.map_err(|e| Error::Failed(format!("leaf reader: {e}")))?);
+            }
+            *jobs = Some(tx);
+        }
+        jobs.as_ref()
+            .and_then(|tx| tx.send(ReadJob { block, reply }).ok())
+            .ok_or_else(|| Error::Failed("the leaf readers stopped".into()))
+    }
+}
+
+impl Drop for Readers {
+    fn drop(&mut self) {
+        // Closing the queue ends every thread once it has no job left.
+        self.jobs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        let threads =
+            std::mem::take(&mut *self.threads.lock().unwrap_or_else(PoisonError::into_inner));
+        for t in threads {
+            let _ = t.join();
+        }
+    }
+}
+
 /// The B+tree. One lock serialises the tree's operations (the seed locks per leaf; the BOSC
 /// calls under it are short, since modifications are only logged and queued).
 pub struct BPlusTree {
-    bosc: Bosc<LeafApp>,
+    /// Declared first, so dropped first: the readers' threads end before the engine does.
+    readers: Readers,
+    bosc: Arc<Bosc<LeafApp>>,
     router: Mutex<Router>,
     capacity: usize,
     split_threshold: usize,
@@ -378,7 +445,8 @@ impl BPlusTree {
             }
         }
         let tree = Self {
-            bosc,
+            bosc: Arc::new(bosc),
+            readers: Readers::default(),
             router: Mutex::new(Router {
                 leaves: BTreeMap::new(),
                 free,
@@ -476,7 +544,8 @@ impl BPlusTree {
                 .unwrap_or(capacity * 3 / 4)
                 .clamp(2, capacity),
             stats: TreeStats::default(),
-            bosc,
+            bosc: Arc::new(bosc),
+            readers: Readers::default(),
         };
         if used == 0 {
             tree.install(Vec::new())?;
@@ -497,16 +566,23 @@ impl BPlusTree {
     pub fn insert_batch(&self, records: &[(Key, u64)]) -> Result<(), Error> {
         let mut r = lock(&self.router);
         r.check()?;
+        // Each record's leaf, looked up once: the routes stay valid but for leaves the batch
+        // splits (`Staged::split`).
+        let routes = records
+            .iter()
+            .map(|(key, _)| Ok(r.leaf_for(*key)?.0))
+            .collect::<Result<Vec<Key>, Error>>()?;
         let started = std::time::Instant::now();
         let mut staged = Staged {
-            prefetched: self.prefetch(&r, records)?,
+            prefetched: self.prefetch(&r, &routes)?,
             ..Staged::default()
         };
         self.stats
             .prefetch_us
             .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
-        for &(key, value) in records {
-            let (fence, block) = self.prepare(&mut r, key, &mut staged)?;
+        for (&(key, value), &route) in records.iter().zip(&routes) {
+            let route = (!staged.split.contains(&route)).then_some(route);
+            let (fence, block) = self.prepare(&mut r, key, route, &mut staged)?;
             staged.push(Change::modify(block, encode_mod(TAG_PUT, key, value)));
             if let Some(l) = r.leaves.get_mut(&fence) {
                 l.records_max += 1;
@@ -528,11 +604,10 @@ impl BPlusTree {
     /// Reads, several at a time, the uncached leaves the batch's puts will fill: the splits
     /// then need no read of their own, and the reads overlap instead of each waiting for the
     /// disk in turn.
-    fn prefetch(&self, r: &Router, records: &[(Key, u64)]) -> Result<HashMap<u64, Vec<u8>>, Error> {
-        const READERS: usize = 8;
+    fn prefetch(&self, r: &Router, routes: &[Key]) -> Result<HashMap<u64, Vec<u8>>, Error> {
         let mut puts: HashMap<Key, usize> = HashMap::new();
-        for (key, _) in records {
-            *puts.entry(r.leaf_for(*key)?.0).or_default() += 1;
+        for fence in routes {
+            *puts.entry(*fence).or_default() += 1;
         }
         let blocks: Vec<u64> = puts
             .iter()
@@ -543,29 +618,17 @@ impl BPlusTree {
         if blocks.len() < 2 {
             return Ok(HashMap::new());
         }
-        let bosc = &self.bosc;
-        let read = |chunk: &[u64]| -> Result<Vec<Payload>, Error> {
-            chunk
-                .iter()
-                .map(|&b| Ok((b, bosc.query(b, <[u8]>::to_vec)?)))
-                .collect()
-        };
-        let parts: Vec<Result<Vec<Payload>, Error>> = std::thread::scope(|s| {
-            let handles: Vec<_> = blocks
-                .chunks(blocks.len().div_ceil(READERS))
-                .map(|chunk| s.spawn(move || read(chunk)))
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| {
-                    h.join()
-                        .unwrap_or_else(|_| Err(Error::Failed("a leaf read panicked".into())))
-                })
-                .collect()
-        });
-        let mut out = HashMap::new();
-        for part in parts {
-            out.extend(part?);
+        let (reply, replies) = mpsc::channel();
+        for &block in &blocks {
+            self.readers.send(&self.bosc, block, reply.clone())?;
+        }
+        drop(reply);
+        let mut out = HashMap::with_capacity(blocks.len());
+        for (block, payload) in replies {
+            out.insert(block, payload?);
+        }
+        if out.len() < blocks.len() {
+            return Err(Error::Failed("a leaf reader stopped".into()));
         }
         self.stats
             .leaves_prefetched
@@ -585,9 +648,20 @@ impl BPlusTree {
     }
 
     /// The second part of the commit function: split the target leaf first if it is due.
-    fn prepare(&self, r: &mut Router, key: Key, staged: &mut Staged) -> Result<(Key, u64), Error> {
+    /// `route` is the key's leaf if known still to be.
+    fn prepare(
+        &self,
+        r: &mut Router,
+        key: Key,
+        route: Option<Key>,
+        staged: &mut Staged,
+    ) -> Result<(Key, u64), Error> {
+        let mut route = route.and_then(|f| Some((f, *r.leaves.get(&f)?)));
         loop {
-            let (fence, leaf) = r.leaf_for(key)?;
+            let (fence, leaf) = match route.take() {
+                Some(known) => known,
+                None => r.leaf_for(key)?,
+            };
             let full = leaf.records_max >= self.capacity;
             let due = leaf.records_max >= self.split_threshold && self.bosc.cached(leaf.block);
             if !(full || due) {
@@ -645,6 +719,7 @@ impl BPlusTree {
             .pop()
             .ok_or_else(|| Error::Index("B+tree is out of blocks".into()))?;
         let payload = leaf_payload(self.bosc.payload_bytes(), split_key, &recs[mid..]);
+        staged.split.insert(fence);
         staged.push(Change::write(new_block, payload));
         staged.push(Change::modify(
             leaf.block,
