@@ -327,6 +327,7 @@ fn timed_writes(
     mut next: impl FnMut(u64) -> (Key, u64),
 ) -> Result<Phase, BenchError> {
     let started = Instant::now();
+    let cpu = report::cpu_now();
     let mut done = 0;
     let mut batch = Vec::with_capacity(cfg.sync_every as usize);
     while done < cfg.ops && started.elapsed() < cfg.window {
@@ -346,7 +347,7 @@ fn timed_writes(
         }
         done += n;
     }
-    Ok(Phase::new(done, started.elapsed()))
+    Ok(Phase::new(done, started.elapsed(), cpu))
 }
 
 fn point_queries(

@@ -17,18 +17,40 @@ pub struct Phase {
     pub secs: f64,
     /// `ops / secs`.
     pub ops_per_s: f64,
+    /// CPU seconds (user + system) the calling thread used.
+    pub thread_cpu_s: f64,
+    /// CPU seconds the whole process used, the engine's background threads included.
+    pub process_cpu_s: f64,
 }
 
 impl Phase {
-    /// From a count and its time.
-    pub fn new(ops: u64, took: Duration) -> Self {
+    /// From a count, its time and the CPU times at its start ([`cpu_now`]).
+    pub fn new(ops: u64, took: Duration, cpu_at_start: (f64, f64)) -> Self {
         let secs = took.as_secs_f64();
+        let (thread, process) = cpu_now();
         Self {
             ops,
             secs,
             ops_per_s: if secs > 0.0 { ops as f64 / secs } else { 0.0 },
+            thread_cpu_s: thread - cpu_at_start.0,
+            process_cpu_s: process - cpu_at_start.1,
         }
     }
+}
+
+/// CPU seconds (user + system) used so far by the calling thread and by the process.
+pub fn cpu_now() -> (f64, f64) {
+    let usage = |who| {
+        // SAFETY: getrusage fills the struct it is given and reads nothing else; a zeroed
+        // `rusage` is a valid value of the type.
+        let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+        if unsafe { libc::getrusage(who, &mut u) } != 0 {
+            return 0.0;
+        }
+        let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+        secs(u.ru_utime) + secs(u.ru_stime)
+    };
+    (usage(libc::RUSAGE_THREAD), usage(libc::RUSAGE_SELF))
 }
 
 /// Query latencies.

@@ -75,7 +75,12 @@ impl BoscFiles {
                 background: Some(Duration::from_millis(10)),
                 ..BoscConfig::default()
             },
-            log_cfg: LogConfig::default(),
+            // Batches aligned for O_DIRECT; O_DSYNC makes each write durable (see `open`).
+            log_cfg: LogConfig {
+                align_bytes: 4096,
+                sync_each_write: false,
+                ..LogConfig::default()
+            },
         }
     }
 
@@ -85,7 +90,13 @@ impl BoscFiles {
             &self.data,
             &OpenOptions::new().random(true),
         )?);
-        let log: Arc<dyn Disk> = Arc::new(FileDisk::open(&self.log, &OpenOptions::new())?);
+        // The log is written once and read back only at recovery: O_DIRECT|O_DSYNC writes each
+        // group commit straight to the disk, past the page cache (which the memory limit
+        // counts), with no fdatasync after it (log waits 12.3 -> 10.0-10.4 s per 60 s).
+        let log: Arc<dyn Disk> = Arc::new(FileDisk::open(
+            &self.log,
+            &OpenOptions::new().direct(true).dsync(true),
+        )?);
         let durability = Durability::OwnLog {
             devices: vec![log],
             log: self.log_cfg.clone(),
