@@ -151,12 +151,14 @@ impl Store {
         let mut at = 0;
         while at < items.len() {
             let run = readback_run(&items[at..]);
-            if run < 2 {
+            if run == 0 {
                 self.apply_one(&items[at], None)?;
                 self.applied(&items[at], c);
                 at += 1;
                 continue;
             }
+            // One read for the run, a lone record included (its header is known: one read
+            // of header and payload together instead of one of each).
             let run = &items[at..at + run];
             let payloads = self.log_read_run(run, &mut c.readback)?;
             for (item, payload) in run.iter().zip(payloads) {
@@ -203,7 +205,8 @@ impl Store {
             .fetch_add(u64::from(item.header.length), Relaxed);
     }
 
-    /// Applies one record; `fetched` is its payload when the caller read it back already.
+    /// Applies one record; `fetched` is its payload when the caller read it back (every write
+    /// whose payload is not in memory, see [`readback_run`]).
     fn apply_one(&self, item: &Item, fetched: Option<&[u8]>) -> Result<(), StoreError> {
         let h = &item.header;
         if let Some(p) = &item.payload {
@@ -227,13 +230,12 @@ impl Store {
             return Ok(());
         }
         match h.kind {
-            RecordKind::Write => match item.payload.as_deref().or(fetched) {
-                Some(p) => image.disk.write_at(p, h.offset)?,
-                None => {
-                    let (_, p) = self.log_read(item.addr, h.seq)?;
-                    image.disk.write_at(&p, h.offset)?;
-                }
-            },
+            RecordKind::Write => {
+                let payload = item.payload.as_deref().or(fetched).ok_or_else(|| {
+                    StoreError::Failed(format!("record {} applied without its payload", h.seq))
+                })?;
+                image.disk.write_at(payload, h.offset)?;
+            }
             RecordKind::Trim | RecordKind::WriteZeroes => {
                 image.disk.punch_hole(h.offset, u64::from(h.length))?;
             }

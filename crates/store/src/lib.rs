@@ -8,8 +8,9 @@
 //! - The applier is write-back, like the kernel's dirty-page flusher: while writers are busy it
 //!   leaves records in the log (durable there, visible through the overlay) and applies them
 //!   once the writers pause for `apply_idle_ms`, when three quarters of the log are in use or a
-//!   writer waits for space, when a record has waited `apply_max_delay_ms`, or at shutdown. A burst then costs the write path
-//!   the log write alone (trail-paper.md §2.1: the data disk is updated in the background).
+//!   writer waits for space, when a record has waited `apply_max_delay_ms`, or at shutdown. A
+//!   burst then costs the write path the log write alone (trail-paper.md §2.1: the data disk
+//!   is updated in the background).
 //! - Every so often the applier syncs the images and persists its watermark
 //!   ([`progress::Progress`]); only then does it let the log reuse the space (`Log::release`).
 //! - Memory: the overlay and the apply queue hold at most one entry per record still in the log,
