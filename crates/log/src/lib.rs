@@ -366,10 +366,7 @@ impl Log {
 
     /// Appends a record; the future resolves once it is durable (or the log failed).
     pub fn append(&self, entry: Entry) -> Result<AppendFuture, LogError> {
-        self.check_entry(&entry)?;
-        if let Some(why) = self.failure() {
-            return Err(LogError::Failed(why));
-        }
+        self.admit(std::slice::from_ref(&entry))?;
         Ok(self.submit(entry, None))
     }
 
@@ -379,12 +376,7 @@ impl Log {
     /// device and the rest in the batches after it. Nothing is appended if any entry is
     /// refused.
     pub fn append_many(&self, entries: Vec<Entry>) -> Result<Vec<AppendFuture>, LogError> {
-        for e in &entries {
-            self.check_entry(e)?;
-        }
-        if let Some(why) = self.failure() {
-            return Err(LogError::Failed(why));
-        }
+        self.admit(&entries)?;
         let (with_replies, futures): (Vec<_>, Vec<_>) = entries
             .into_iter()
             .map(|e| {
@@ -394,6 +386,17 @@ impl Log {
             .unzip();
         self.inner.shared.append_many(with_replies, Instant::now());
         Ok(futures)
+    }
+
+    /// Refuses the appends of `entries` if any is malformed or too large, or the log failed.
+    fn admit(&self, entries: &[Entry]) -> Result<(), LogError> {
+        for e in entries {
+            self.check_entry(e)?;
+        }
+        match self.failure() {
+            Some(why) => Err(LogError::Failed(why)),
+            None => Ok(()),
+        }
     }
 
     fn check_entry(&self, entry: &Entry) -> Result<(), LogError> {
@@ -418,18 +421,24 @@ impl Log {
         self.inner.shared.release(seq);
     }
 
-    /// Reads back the record at `addr` and verifies it; `Gone` when the space was reused.
-    pub fn read(
-        &self,
-        addr: LogAddr,
-        expect_seq: u64,
-    ) -> Result<(RecordHeader, Vec<u8>), LogError> {
+    /// The device `addr` lies on, with its index; `Gone` for a device the log does not have.
+    fn device_of(&self, addr: LogAddr) -> Result<(usize, &Arc<dyn Disk>), LogError> {
         let dev = addr.dev();
         let disk = self
             .inner
             .devices
             .get(dev)
             .ok_or(LogError::Gone { addr: addr.0 })?;
+        Ok((dev, disk))
+    }
+
+    /// Reads back the record at `addr` and verifies it; `Gone` when the space was reused.
+    pub fn read(
+        &self,
+        addr: LogAddr,
+        expect_seq: u64,
+    ) -> Result<(RecordHeader, Vec<u8>), LogError> {
+        let (dev, disk) = self.device_of(addr)?;
         let io = |source| LogError::Io { dev, source };
         let mut hb = [0u8; RECORD_HEADER_LEN];
         read_unaligned(disk.as_ref(), &mut hb, addr.offset()).map_err(io)?;
@@ -465,12 +474,7 @@ impl Log {
         len: u64,
         buf: &mut Vec<u8>,
     ) -> Result<Vec<(RecordHeader, std::ops::Range<usize>)>, LogError> {
-        let dev = addr.dev();
-        let disk = self
-            .inner
-            .devices
-            .get(dev)
-            .ok_or(LogError::Gone { addr: addr.0 })?;
+        let (dev, disk) = self.device_of(addr)?;
         let io = |source| LogError::Io { dev, source };
         let max = u64::from(self.inner.max_payload) + RECORD_HEADER_LEN as u64;
         let len = usize::try_from(len)
