@@ -1450,13 +1450,12 @@ impl<A: BlockApp> Inner<A> {
             slot += run.len;
         }
         self.disk.sync()?;
-        {
-            // Queries read blocks under the gate's read side: none may see a block half
-            // written (a buffered read and write of one page are not atomic to each other).
-            for (run, buf) in &batch.runs {
-                let _gate = self.gate.write().unwrap_or_else(PoisonError::into_inner);
-                self.disk.write_at(buf, self.geo.block_offset(run.start))?;
-            }
+        // Queries read blocks under the gate's read side: none may see a block half written
+        // (a buffered read and write of one page are not atomic to each other). One run at a
+        // time, so a query waits for one run's write at most.
+        for (run, buf) in &batch.runs {
+            let _gate = self.gate.write().unwrap_or_else(PoisonError::into_inner);
+            self.disk.write_at(buf, self.geo.block_offset(run.start))?;
         }
         self.disk.sync()?;
         Ok(())

@@ -41,9 +41,9 @@ impl Phase {
 /// CPU seconds (user + system) used so far by the calling thread and by the process.
 pub fn cpu_now() -> (f64, f64) {
     let usage = |who| {
-        // SAFETY: getrusage fills the struct it is given and reads nothing else; a zeroed
-        // `rusage` is a valid value of the type.
+        // SAFETY: `rusage` is plain integers and timevals, so all zeros is a valid value.
         let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: getrusage writes only the struct it is given, which lives across the call.
         if unsafe { libc::getrusage(who, &mut u) } != 0 {
             return 0.0;
         }
