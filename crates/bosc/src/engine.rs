@@ -27,6 +27,14 @@ use pending::{alloc_bytes, group_of, Entry as Queued, Group, GROUP_BLOCKS};
 /// durable block at most once (see [`Bosc`] on idempotence), so it need not be idempotent itself.
 pub trait BlockApp: Send + Sync + 'static {
     fn apply(&self, block: u64, payload: &mut [u8], modification: &[u8]);
+
+    /// Whether a block the commit cycle just merged should stay in memory for the
+    /// application to act on without reading it again ([`Bosc::take_hot`]): the B+tree's
+    /// leaves due for a split (the second part of the seed's two-part commit function,
+    /// lu-dissertation §3.3). Only while the memory budget has room.
+    fn hot(&self, _block: u64, _payload: &[u8]) -> bool {
+        false
+    }
 }
 
 /// Who makes a modification durable before `modify` returns.
@@ -127,6 +135,8 @@ pub struct BoscStats {
     pub log_wait_ns: AtomicU64,
     /// Runs of blocks whose whole image waited in memory, committed first by forced commits.
     pub image_runs_committed: AtomicU64,
+    /// Blocks the commit cycle kept in memory because the application called them hot.
+    pub kept_hot: AtomicU64,
 }
 
 /// What opening found.
@@ -194,14 +204,21 @@ struct State {
     pending: usize,
     /// Cached block images, with pending modifications or clean.
     images: BTreeMap<u64, Cached>,
+    /// Copies of blocks the commit cycle merged and the application called hot
+    /// ([`BlockApp::hot`]), not yet taken by [`Bosc::take_hot`]; each with the last
+    /// sequence number merged into it.
+    hot: BTreeMap<u64, Cached>,
+    /// Their footprint (part of `memory_bytes`).
+    hot_bytes: usize,
     /// Lower bounds of the sequence numbers of appends not yet acknowledged by the log.
     inflight: BTreeMap<u64, usize>,
-    /// Own-log appends not yet queued, per block, by ticket. Tickets are taken in the order
-    /// the appends are handed to the log, which is the order of their sequence numbers; the
-    /// log acknowledges in completion order (devices finish out of order), so an append is
-    /// queued only once it holds its block's first ticket. Each block's queue thereby stays in
-    /// sequence order, which the local frontier, commit and retire rely on.
-    unqueued: HashMap<u64, BTreeSet<u64>>,
+    /// Own-log bursts not yet queued, by ticket. Tickets are taken in the order the bursts
+    /// are handed to the log, which is the order of their sequence numbers; the log
+    /// acknowledges in completion order (devices finish out of order), so a burst is queued
+    /// only once it holds the first ticket. Each block's queue thereby stays in sequence
+    /// order, which the local frontier, commit and retire rely on. (Per burst, not per
+    /// record: a set per block cost an allocation and two map updates per modification.)
+    unqueued: BTreeSet<u64>,
     next_ticket: u64,
     max_seen: u64,
     memory_bytes: usize,
@@ -253,6 +270,28 @@ impl State {
         if let Some(old) = self.images.insert(block, c) {
             self.memory_bytes -= old.footprint();
         }
+    }
+
+    fn keep_hot(&mut self, block: u64, image: Vec<u8>, lsn: u64) {
+        self.drop_hot(block);
+        let c = Cached { image, lsn };
+        self.memory_bytes += c.footprint();
+        self.hot_bytes += c.footprint();
+        self.hot.insert(block, c);
+    }
+
+    /// The memory that forced commits keep within the budget: all but the hot copies, which
+    /// commits make (so counting them would make a forced commit feed itself) and the
+    /// application takes at its next call.
+    fn queue_bytes(&self) -> usize {
+        self.memory_bytes - self.hot_bytes
+    }
+
+    fn drop_hot(&mut self, block: u64) -> Option<Cached> {
+        let c = self.hot.remove(&block)?;
+        self.memory_bytes -= c.footprint();
+        self.hot_bytes -= c.footprint();
+        Some(c)
     }
 
     fn evict_image(&mut self, block: u64) {
@@ -573,6 +612,33 @@ impl<A: BlockApp> Bosc<A> {
         st.images.contains_key(&block)
     }
 
+    /// The payloads of the blocks the commit cycle found hot ([`BlockApp::hot`]) since the
+    /// last call, each as [`Bosc::query`] would return it now, read from memory: the commit
+    /// kept a copy, and what was queued for the block since is applied to it. The copies are
+    /// held until taken (an eighth of the memory budget at most), so an application that
+    /// calls blocks hot takes them often.
+    pub fn take_hot(&self) -> Vec<(u64, Vec<u8>)> {
+        let mut st = lock(&self.inner.state);
+        let blocks: Vec<u64> = st.hot.keys().copied().collect();
+        let mut out = Vec::with_capacity(blocks.len());
+        for block in blocks {
+            let Some(mut c) = st.drop_hot(block) else {
+                continue;
+            };
+            if let Some(now) = st.images.get(&block) {
+                c.image.copy_from_slice(&now.image);
+            } else if let Some((g, offset)) = st.group(block) {
+                for e in g.entries_of(offset).filter(|e| e.seq > c.lsn) {
+                    if let Some((op, bytes)) = e.change {
+                        apply_op(self.inner.app.as_ref(), block, &mut c.image, op, bytes);
+                    }
+                }
+            }
+            out.push((block, c.image.split_off(BLOCK_HEADER_LEN)));
+        }
+        out
+    }
+
     /// Blocks with pending modifications.
     pub fn pending_blocks(&self) -> usize {
         let st = lock(&self.inner.state);
@@ -820,7 +886,7 @@ impl<A: BlockApp> Inner<A> {
             return Ok(Vec::new());
         }
         self.make_room()?;
-        let (floor, sent) = {
+        let (floor, ticket, sent) = {
             let mut st = lock(&self.state);
             let floor = st.max_seen + 1;
             *st.inflight.entry(floor).or_insert(0) += 1;
@@ -842,24 +908,19 @@ impl<A: BlockApp> Inner<A> {
                     return Err(e.into());
                 }
             };
-            let mut sent = Vec::with_capacity(changes.len());
-            for (c, rx) in changes.into_iter().zip(rxs) {
-                let ticket = st.next_ticket;
-                st.next_ticket += 1;
-                st.unqueued.entry(c.block).or_default().insert(ticket);
-                sent.push((c, ticket, rx));
-            }
-            (floor, sent)
+            let ticket = st.next_ticket;
+            st.next_ticket += 1;
+            st.unqueued.insert(ticket);
+            (floor, ticket, changes.into_iter().zip(rxs))
         };
         let waited = Instant::now();
         let done: Vec<_> = sent
-            .into_iter()
-            .map(|(c, ticket, rx)| {
+            .map(|(c, rx)| {
                 let r = rx
                     .blocking_recv()
                     .map_err(|_| Error::Failed("log".into()))
                     .and_then(|r| r.map_err(Error::from));
-                (c, ticket, r)
+                (c, r)
             })
             .collect();
         let ns = u64::try_from(waited.elapsed().as_nanos()).unwrap_or(u64::MAX);
@@ -867,26 +928,13 @@ impl<A: BlockApp> Inner<A> {
         let mut st = lock(&self.state);
         let mut seqs = Vec::with_capacity(done.len());
         let mut first_error = None;
-        for (c, ticket, r) in done {
-            if r.is_ok() {
-                // Appends of this block with lower sequence numbers queue first. A batch's
-                // tickets are one contiguous range, so batches never wait on each other in a
-                // cycle.
-                while st
-                    .unqueued
-                    .get(&c.block)
-                    .and_then(|t| t.first())
-                    .is_some_and(|&first| first < ticket)
-                {
-                    st = self.queued.wait(st).unwrap_or_else(PoisonError::into_inner);
-                }
-            }
-            if let Some(t) = st.unqueued.get_mut(&c.block) {
-                t.remove(&ticket);
-                if t.is_empty() {
-                    st.unqueued.remove(&c.block);
-                }
-            }
+        // Bursts handed to the log earlier queue first; they wait for nothing later, so
+        // bursts never wait on each other in a cycle.
+        while st.unqueued.first().is_some_and(|&first| first < ticket) {
+            st = self.queued.wait(st).unwrap_or_else(PoisonError::into_inner);
+        }
+        st.unqueued.remove(&ticket);
+        for (c, r) in done {
             match r {
                 Ok(appended) => {
                     st.max_seen = st.max_seen.max(appended.seq);
@@ -1045,13 +1093,13 @@ impl<A: BlockApp> Inner<A> {
     /// counted in `forced_wait_ns`.
     fn make_room(&self) -> Result<(), Error> {
         let budget = self.budget.load(Ordering::Relaxed);
-        if lock(&self.state).memory_bytes <= budget {
+        if lock(&self.state).queue_bytes() <= budget {
             return Ok(());
         }
         self.evict_clean(budget);
         let started = Instant::now();
         let mut forced = false;
-        while lock(&self.state).memory_bytes > budget {
+        while lock(&self.state).queue_bytes() > budget {
             forced = true;
             // Blocks whose image waits in memory first: each frees a block's worth per block
             // written, where a block with queued modifications frees a few dozen bytes.
@@ -1077,7 +1125,7 @@ impl<A: BlockApp> Inner<A> {
             .filter(|&b| !st.has_pending(b))
             .collect();
         for b in clean {
-            if st.memory_bytes <= budget {
+            if st.queue_bytes() <= budget {
                 break;
             }
             st.evict_image(b);
@@ -1422,9 +1470,14 @@ impl<A: BlockApp> Inner<A> {
     /// every block that changes; what each block now includes goes to `staged`.
     fn stage_run(&self, run: Run, buf: &mut [u8], staged: &mut Vec<Staged>) -> Result<(), Error> {
         let bs = self.geo.block_bytes as usize;
-        let st = lock(&self.state);
+        let mut st = lock(&self.state);
         let lsns = block_lsns(buf, self.disk_id, bs, run.start)?;
+        // A copy kept at an earlier commit would miss what this commit retires.
+        for block in run.start..run.start + run.len {
+            st.drop_hot(block);
+        }
         let merged = self.merge_pending(&st, run.start, buf, &lsns);
+        let budget = self.budget.load(Ordering::Relaxed);
         for (i, (img, m)) in buf.chunks_mut(bs).zip(merged).enumerate() {
             let Some((upto, mut lsn)) = m else {
                 continue;
@@ -1433,6 +1486,11 @@ impl<A: BlockApp> Inner<A> {
             if let Some(c) = st.images.get(&block) {
                 img.copy_from_slice(&c.image);
                 lsn = c.lsn.max(lsns[i]);
+            } else if st.hot_bytes < budget / 16 && self.app.hot(block, &img[BLOCK_HEADER_LEN..]) {
+                // Everything queued for the block is merged into this copy: what comes later
+                // is queued on top of it, and [`Bosc::take_hot`] applies that.
+                st.keep_hot(block, img.to_vec(), upto);
+                self.stats.kept_hot.fetch_add(1, Ordering::Relaxed);
             }
             seal_block(img, self.disk_id, lsn, block);
             staged.push(Staged { block, upto });
@@ -1549,11 +1607,13 @@ mod tests {
 
     /// `memory_bytes` is the sum of the groups' and cached images' footprints, `pending` the
     /// groups' entries, and `firsts` holds exactly each group's lowest sequence number.
-    fn counted_matches_footprints(b: &Bosc<Put>) {
+    fn counted_matches_footprints<A: BlockApp>(b: &Bosc<A>) {
         let st = lock(&b.inner.state);
         let groups: usize = st.groups.values().map(Group::footprint).sum();
         let images: usize = st.images.values().map(Cached::footprint).sum();
-        assert_eq!(st.memory_bytes, groups + images);
+        let hot: usize = st.hot.values().map(Cached::footprint).sum();
+        assert_eq!(st.memory_bytes, groups + images + hot);
+        assert_eq!(st.hot_bytes, hot);
         assert_eq!(
             st.pending,
             st.groups.values().map(Group::len).sum::<usize>()
@@ -1565,6 +1625,10 @@ mod tests {
 
     /// A formatted engine on memory disks, in own-log mode.
     fn own_log_engine(cfg: BoscConfig) -> Bosc<Put> {
+        own_log_engine_with(cfg, Put)
+    }
+
+    fn own_log_engine_with<A: BlockApp>(cfg: BoscConfig, app: A) -> Bosc<A> {
         let log_cfg = LogConfig {
             segment_bytes: 64 * 1024,
             t_wait_ns: 0,
@@ -1572,7 +1636,7 @@ mod tests {
         };
         let data: Arc<dyn Disk> = Arc::new(MemDisk::new(0));
         let log: Arc<dyn Disk> = Arc::new(MemDisk::new(8 << 20));
-        Bosc::<Put>::format(data.as_ref(), &cfg).unwrap();
+        Bosc::<A>::format(data.as_ref(), &cfg).unwrap();
         Log::format(&[Arc::clone(&log)], &log_cfg, 1).unwrap();
         let durability = Durability::OwnLog {
             devices: vec![log],
@@ -1580,7 +1644,58 @@ mod tests {
             log_id: 1,
             volume: 1,
         };
-        Bosc::open(data, cfg, durability, Arc::new(Put)).unwrap().0
+        Bosc::open(data, cfg, durability, Arc::new(app)).unwrap().0
+    }
+
+    /// [`Put`], calling a block hot when its payload starts with 1.
+    struct HotPut;
+    impl BlockApp for HotPut {
+        fn apply(&self, block: u64, payload: &mut [u8], m: &[u8]) {
+            Put.apply(block, payload, m);
+        }
+        fn hot(&self, _block: u64, payload: &[u8]) -> bool {
+            payload[0] == 1
+        }
+    }
+
+    /// A commit keeps a copy of each hot block it merges; taken, the copy is the block as a
+    /// query sees it, with what was queued after the commit applied. A later commit of the
+    /// block replaces the copy, and a block taken once is not handed out again.
+    #[test]
+    fn hot_copies_are_current_when_taken() {
+        let cfg = BoscConfig {
+            block_bytes: 512,
+            block_count: 64,
+            background: None,
+            ..BoscConfig::default()
+        };
+        let b = own_log_engine_with(cfg, HotPut);
+        b.modify(5, &[1, 10]).unwrap();
+        b.modify(6, &[2, 10]).unwrap();
+        b.commit_all().unwrap();
+        assert_eq!(b.stats().kept_hot.load(Ordering::Relaxed), 1);
+        assert!(!b.cached(5), "the copy is not the block's cached image");
+        b.modify(5, &[1, 10, 20]).unwrap();
+        counted_matches_footprints(&b);
+        let hot = b.take_hot();
+        assert_eq!(hot.len(), 1);
+        assert_eq!(hot[0].0, 5);
+        assert_eq!(hot[0].1[..3], [1, 10, 20]);
+        assert!(hot[0].1[3..].iter().all(|&x| x == 0));
+        assert!(b.take_hot().is_empty());
+        counted_matches_footprints(&b);
+
+        b.commit_all().unwrap();
+        b.modify(5, &[1, 30]).unwrap();
+        b.commit_all().unwrap();
+        b.modify(5, &[1, 40]).unwrap();
+        let hot = b.take_hot();
+        assert_eq!(hot.len(), 1);
+        assert_eq!(hot[0].1[..3], [1, 40, 20]);
+        assert_eq!(b.stats().kept_hot.load(Ordering::Relaxed), 3);
+        counted_matches_footprints(&b);
+        // (A query caches the block's image: commits then copy that, and keep no copy.)
+        assert_eq!(hot[0].1, b.read(5).unwrap());
     }
 
     /// The double-write area can hold several copies of a block: the current batch's and

@@ -126,6 +126,7 @@ pub(super) fn engine_notes<A: BlockApp>(b: &Bosc<A>) -> Map<String, Value> {
     m.insert("runs_committed".into(), json!(n(&s.runs_committed)));
     m.insert("blocks_written".into(), json!(n(&s.blocks_written)));
     m.insert("forced_commits".into(), json!(n(&s.forced_commits)));
+    m.insert("kept_hot".into(), json!(n(&s.kept_hot)));
     m.insert(
         "image_runs_committed".into(),
         json!(n(&s.image_runs_committed)),
@@ -251,6 +252,7 @@ impl Engine for BoscBtree {
         m.insert("leaves".into(), json!(t.leaf_count()));
         m.insert("router_bytes".into(), json!(t.router_bytes()));
         m.insert("splits_in_memory".into(), json!(n(&s.splits_in_memory)));
+        m.insert("splits_hot".into(), json!(n(&s.splits_hot)));
         m.insert("splits_with_read".into(), json!(n(&s.splits_with_read)));
         m.insert("counts_refreshed".into(), json!(n(&s.counts_refreshed)));
         m.insert("leaves_prefetched".into(), json!(n(&s.leaves_prefetched)));
