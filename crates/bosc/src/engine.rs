@@ -164,7 +164,7 @@ struct Cached {
 /// A map entry's memory with its share of the map's nodes, for `kv` bytes of key and value:
 /// 1.47 × kv + 4 bytes measured for `BTreeMap<u64, _>` under random inserts and sweeping
 /// removals (nodes about two-thirds full; internal nodes included).
-const fn map_entry_bytes(kv: usize) -> usize {
+pub(crate) const fn map_entry_bytes(kv: usize) -> usize {
     (kv * 3 + 8) / 2
 }
 

@@ -227,6 +227,7 @@ pub fn run(cfg: &Config) -> Result<Report, BenchError> {
         w.insert(&mut rng, j)
     })?;
     report.note_rss("insert");
+    report.notes_after_insert = engine.notes();
     report.update = timed_writes(engine.as_mut(), cfg, &mut checks, false, |j| {
         w.update(&mut rng, j)
     })?;

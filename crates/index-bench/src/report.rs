@@ -136,6 +136,9 @@ pub struct Report {
     pub range: Option<Latency>,
     /// Engine counters after the timed phases.
     pub notes: Map<String, Value>,
+    /// The engine's counters at the end of the insert phase (`notes` are at the end of
+    /// the run): what the inserts alone cost.
+    pub notes_after_insert: Map<String, Value>,
     /// The reopen inside the run, when asked for.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reopen: Option<ReopenReport>,
