@@ -312,10 +312,19 @@ impl State {
         gf
     }
 
-    /// Inclusive: every modification of `block` at or below it is committed.
+    /// Inclusive: every modification of `block` at or below it is committed. For a block
+    /// with pending modifications, its group's lowest pending sequence number minus one: a
+    /// lower bound, found without walking the group's entries for the block's first (the
+    /// walk was a seventh of the B+tree writer's CPU). The blocks of a group mostly commit
+    /// together, so it is seldom much lower; recovery then requeues a few committed
+    /// modifications more, which commit skips by the block's LSN.
     fn local_frontier(&self, block: u64) -> u64 {
         let mut lf = self.max_seen;
-        if let Some(s) = self.group(block).and_then(|(g, o)| g.first_seq(o)) {
+        if let Some(s) = self
+            .group(block)
+            .filter(|(g, o)| g.has(*o))
+            .and_then(|(g, _)| g.min_seq())
+        {
             lf = lf.min(s - 1);
         }
         if let Some((&f, _)) = self.inflight.first_key_value() {

@@ -155,11 +155,6 @@ impl Group {
         .filter(move |e| e.offset == offset)
     }
 
-    /// The block's lowest pending sequence number.
-    pub(super) fn first_seq(&self, offset: u32) -> Option<u64> {
-        self.entries_of(offset).next().map(|e| e.seq)
-    }
-
     /// Keeps the entries `f` maps to `Some` (possibly changed), in order; returns how many
     /// were dropped. The arena is rebuilt to fit.
     pub(super) fn rebuild(&mut self, mut f: impl FnMut(Entry<'_>) -> Option<Entry<'_>>) -> usize {
@@ -280,8 +275,11 @@ mod tests {
         assert_eq!(all(&g), want);
         assert_eq!((g.len(), g.blocks(), g.min_seq()), (5, 3, Some(5)));
         assert_eq!(g.offsets().collect::<Vec<_>>(), [0, 3, 31]);
-        assert_eq!(g.first_seq(3), Some(1_000_000_000_000));
-        assert_eq!(g.first_seq(1), None);
+        assert_eq!(
+            g.entries_of(3).next().map(|e| e.seq),
+            Some(1_000_000_000_000)
+        );
+        assert_eq!(g.entries_of(1).next(), None);
         assert_eq!(g.entries_of(0).map(|e| e.seq).collect::<Vec<_>>(), [5, 6]);
         let dropped = g.rebuild(|e| (e.offset != 0).then_some(e));
         assert_eq!(dropped, 2);
