@@ -204,6 +204,10 @@ struct State {
     pending: usize,
     /// Cached block images, with pending modifications or clean.
     images: BTreeMap<u64, Cached>,
+    /// The cached images without pending modifications, which a forced commit evicts first
+    /// (kept, not found by a walk of every image: under a B+tree's many new leaves that walk
+    /// was 5 % of its writer's CPU).
+    clean: BTreeSet<u64>,
     /// Copies of blocks the commit cycle merged and the application called hot
     /// ([`BlockApp::hot`]), not yet taken by [`Bosc::take_hot`]; each with the last
     /// sequence number merged into it.
@@ -270,6 +274,16 @@ impl State {
         if let Some(old) = self.images.insert(block, c) {
             self.memory_bytes -= old.footprint();
         }
+        self.note_clean(block);
+    }
+
+    /// Keeps `clean` true of `block` after its image or queue changed.
+    fn note_clean(&mut self, block: u64) {
+        if self.images.contains_key(&block) && !self.has_pending(block) {
+            self.clean.insert(block);
+        } else {
+            self.clean.remove(&block);
+        }
     }
 
     fn keep_hot(&mut self, block: u64, image: Vec<u8>, lsn: u64) {
@@ -295,6 +309,7 @@ impl State {
     }
 
     fn evict_image(&mut self, block: u64) {
+        self.clean.remove(&block);
         if let Some(c) = self.images.remove(&block) {
             self.memory_bytes -= c.footprint();
         }
@@ -807,6 +822,10 @@ impl Frontiers {
                 })
             });
         }
+        let images: Vec<u64> = st.images.keys().copied().collect();
+        for block in images {
+            st.note_clean(block);
+        }
     }
 }
 
@@ -1092,6 +1111,7 @@ impl<A: BlockApp> Inner<A> {
                 change,
             });
         });
+        st.clean.remove(&block);
         if applied {
             self.stats.applied_in_memory.fetch_add(1, Ordering::Relaxed);
         }
@@ -1127,12 +1147,16 @@ impl<A: BlockApp> Inner<A> {
 
     fn evict_clean(&self, budget: usize) {
         let mut st = lock(&self.state);
-        let clean: Vec<u64> = st
-            .images
-            .keys()
-            .copied()
-            .filter(|&b| !st.has_pending(b))
-            .collect();
+        let mut clean = Vec::new();
+        let mut frees = 0;
+        let excess = st.queue_bytes().saturating_sub(budget);
+        for &b in &st.clean {
+            if frees >= excess {
+                break;
+            }
+            frees += st.images.get(&b).map_or(0, Cached::footprint);
+            clean.push(b);
+        }
         for b in clean {
             if st.queue_bytes() <= budget {
                 break;
@@ -1570,6 +1594,9 @@ impl<A: BlockApp> Inner<A> {
                         .then_some(e)
                 })
             });
+            for s in same {
+                st.note_clean(s.block);
+            }
         }
     }
 
@@ -1621,6 +1648,16 @@ mod tests {
         let groups: usize = st.groups.values().map(Group::footprint).sum();
         let images: usize = st.images.values().map(Cached::footprint).sum();
         let hot: usize = st.hot.values().map(Cached::footprint).sum();
+        let clean: BTreeSet<u64> = st
+            .images
+            .keys()
+            .copied()
+            .filter(|&b| !st.has_pending(b))
+            .collect();
+        assert_eq!(
+            st.clean, clean,
+            "the clean images are the images without pending"
+        );
         assert_eq!(st.memory_bytes, groups + images + hot);
         assert_eq!(st.hot_bytes, hot);
         assert_eq!(

@@ -508,7 +508,7 @@ impl Writer {
         reply: Reply,
         arrived: Instant,
     ) -> Vec<Action> {
-        let Some((seq, bytes)) = self.enter(entry, seq, reply, arrived) else {
+        let Some((seq, bytes)) = self.enter(entry, seq, reply, arrived, wall_ns()) else {
             return Vec::new();
         };
         let now = self.now();
@@ -522,8 +522,9 @@ impl Writer {
         // Not `filter_map(..).collect()`: collected in place, the pairs would land in the
         // entries' allocation and be moved again to shrink it (a realloc of the whole batch).
         let mut reqs = Vec::with_capacity(entries.len());
+        let wall = wall_ns();
         for (entry, reply) in entries {
-            reqs.extend(self.enter(entry, None, reply, arrived));
+            reqs.extend(self.enter(entry, None, reply, arrived, wall));
         }
         if reqs.is_empty() {
             return Vec::new();
@@ -536,12 +537,15 @@ impl Writer {
     /// Gives the record its sequence number, timestamp and header and keeps it pending;
     /// returns (seq, bytes) for the policy, or `None` when the log has failed (the waiter is
     /// told).
+    /// `wall`: the time now ([`wall_ns`]), read once per burst; the record's timestamp is
+    /// the later of it and one past the previous record's.
     fn enter(
         &mut self,
         entry: Entry,
         seq: Option<u64>,
         reply: Reply,
         arrived: Instant,
+        wall: u64,
     ) -> Option<(u64, u64)> {
         if let Some(why) = self.failed() {
             let _ = reply.send(Err(LogError::Failed(why)));
@@ -552,10 +556,6 @@ impl Writer {
             self.next_seq += 1;
             s
         });
-        let wall = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos());
-        let wall = u64::try_from(wall).unwrap_or(u64::MAX);
         self.last_ts = wall.max(self.last_ts + 1);
         let payload_len = entry.payload_len();
         let header = RecordHeader {
@@ -748,4 +748,12 @@ impl Writer {
             let _ = p.reply.send(Err(LogError::Failed(why.to_string())));
         }
     }
+}
+
+/// Nanoseconds since the Unix epoch (0 before it).
+fn wall_ns() -> u64 {
+    let ns = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    u64::try_from(ns).unwrap_or(u64::MAX)
 }
