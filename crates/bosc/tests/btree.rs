@@ -24,20 +24,28 @@ fn cfg(budget: usize) -> BoscConfig {
 
 impl Disks {
     fn open(&self, c: &BoscConfig) -> BPlusTree {
+        self.open_reporting(c).0
+    }
+
+    /// Also how many whole-block writes recovery found on the data disk already.
+    fn open_reporting(&self, c: &BoscConfig) -> (BPlusTree, u64) {
         let durability = Durability::OwnLog {
             devices: vec![Arc::clone(&self.log_disk)],
             log: log_cfg(),
             log_id: LOG_ID,
             volume: 9,
         };
-        let (bosc, _) = Bosc::open(
+        let (bosc, report) = Bosc::open(
             Arc::clone(&self.data_disk),
             c.clone(),
             durability,
             Arc::new(LeafApp),
         )
         .expect("open");
-        BPlusTree::open(bosc, None).expect("tree")
+        (
+            BPlusTree::open(bosc, None).expect("tree"),
+            report.images_dropped,
+        )
     }
 }
 
@@ -62,16 +70,16 @@ fn check_all(t: &BPlusTree, o: &BTreeMap<Key, u64>) {
 
 /// Returns (splits in memory, splits with a read, leaves repaired).
 /// Totals over the run's trees: splits in memory, with a read, from a commit's hot copy;
-/// leaves repaired.
-fn run(seed: u64, steps: usize, budget: usize) -> [u64; 4] {
+/// leaves repaired; new leaves recovery found committed already.
+fn run(seed: u64, steps: usize, budget: usize) -> [u64; 5] {
     let mut rng = Rng(seed | 1);
     let c = cfg(budget);
     let mut disks = Disks::new::<LeafApp>(seed, &c, 4 << 20, LOG_ID);
     let mut tree = disks.open(&c);
     let mut o = BTreeMap::new();
     let mut crashes = 0;
-    let mut totals = [0; 4];
-    let add = |t: &BPlusTree, totals: &mut [u64; 4]| {
+    let mut totals = [0; 5];
+    let add = |t: &BPlusTree, totals: &mut [u64; 5]| {
         let s = t.stats();
         let counters = [
             &s.splits_in_memory,
@@ -124,7 +132,9 @@ fn run(seed: u64, steps: usize, budget: usize) -> [u64; 4] {
                 add(&tree, &mut totals);
                 drop(tree);
                 disks = disks.crash();
-                tree = disks.open(&c);
+                let dropped;
+                (tree, dropped) = disks.open_reporting(&c);
+                totals[4] += dropped;
                 crashes += 1;
                 check_all(&tree, &o);
             }
@@ -150,17 +160,21 @@ fn t_insert(t: &BPlusTree, o: &mut BTreeMap<Key, u64>, k: Key, v: u64) {
 
 #[test]
 fn btree_crashes_keep_every_acknowledged_operation() {
-    let mut totals = [0; 4];
+    let mut totals = [0; 5];
     for seed in 1..=6 {
         let t = run(seed, 900, 1 << 20);
         totals = std::array::from_fn(|i| totals[i] + t[i]);
     }
     assert!(totals[0] > 0, "some splits needed no I/O: {totals:?}");
+    assert!(
+        totals[4] > 0,
+        "recovery dropped new leaves the disk had already: {totals:?}"
+    );
 }
 
 #[test]
 fn btree_tight_budget_splits_with_reads() {
-    let mut totals = [0; 4];
+    let mut totals = [0; 5];
     for seed in 20..=22 {
         let t = run(seed, 700, 4096);
         totals = std::array::from_fn(|i| totals[i] + t[i]);

@@ -155,6 +155,7 @@ pub(super) fn open_notes(r: &OpenReport) -> Map<String, Value> {
     m.insert("engine_open_s".into(), json!(r.elapsed.as_secs_f64()));
     m.insert("records_scanned".into(), json!(r.records_scanned));
     m.insert("pending_requeued".into(), json!(r.records_requeued));
+    m.insert("images_dropped".into(), json!(r.images_dropped));
     m
 }
 
@@ -233,10 +234,15 @@ impl Engine for BoscBtree {
         // Dropping stops the commit thread and the log; the queues stay in the log only.
         drop(self.tree.take());
         let (bosc, report) = self.files.open(LeafApp)?;
+        let engine_peak = crate::report::peak_rss_bytes();
+        let queue_bytes = bosc.memory_bytes();
         let scan = Instant::now();
         self.tree = Some(BPlusTree::open(bosc, None)?);
         let mut notes = open_notes(&report);
         notes.insert("tree_scan_s".into(), json!(scan.elapsed().as_secs_f64()));
+        // Where a reopen's memory goes: the engine's recovery, then the scan of the leaves.
+        notes.insert("peak_rss_after_engine_open".into(), json!(engine_peak));
+        notes.insert("queue_bytes_after_engine_open".into(), json!(queue_bytes));
         let elapsed = started.elapsed();
         self.rebudget()?;
         Ok(Reopened { elapsed, notes })
