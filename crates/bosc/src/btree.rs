@@ -36,7 +36,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ops::Bound;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 
@@ -223,9 +223,14 @@ impl BlockApp for LeafApp {
     /// blocks per update and its inserts were 8 % slower (docs/benchmarks.md).
     fn hot(&self, _block: u64, p: &[u8]) -> bool {
         let v = LeafView(p);
-        let capacity = leaf_capacity(p.len());
-        v.is_leaf() && v.count() >= capacity - capacity / 16
+        v.is_leaf() && v.count() >= hot_at(leaf_capacity(p.len()))
     }
+}
+
+/// Records from which a leaf is nearly full: kept in memory by a commit that finds it so
+/// ([`LeafApp::hot`]), read ahead by a batch that brings it there ([`BPlusTree::insert_batch`]).
+fn hot_at(capacity: usize) -> usize {
+    capacity - capacity / 16
 }
 
 /// A leaf splits at 3/4 of its capacity unless the tree is opened with another threshold.
@@ -249,9 +254,11 @@ pub struct TreeStats {
     pub leaves_prefetched: AtomicU64,
     /// Microseconds batches waited for their reads ahead.
     pub prefetch_us: AtomicU64,
-    /// Splits of a leaf the commit cycle found due ([`LeafApp::hot`]), from the copy it
-    /// kept: no I/O.
+    /// Splits of a leaf the commit cycle found due ([`LeafApp::hot`]) or a batch read ahead,
+    /// from the copy the engine kept: no I/O on the way.
     pub splits_hot: AtomicU64,
+    /// Nearly full leaves read ahead, off the batches' path.
+    pub leaves_read_ahead: AtomicU64,
 }
 
 /// A leaf as the router holds it: 8 bytes (the tree's blocks are numbered in 32 bits,
@@ -451,11 +458,15 @@ struct Readers {
     threads: Mutex<Vec<JoinHandle<()>>>,
 }
 
-/// A leaf to read and where to send its payload.
+/// A leaf to read and where to send its payload; with no one to send it to, a read ahead
+/// that the engine keeps for [`Bosc::take_hot`].
 struct ReadJob {
     block: u64,
-    reply: mpsc::Sender<(u64, Result<Vec<u8>, Error>)>,
+    reply: Option<LeafReply>,
 }
+
+/// Where a reader sends a leaf's payload.
+type LeafReply = mpsc::Sender<(u64, Result<Vec<u8>, Error>)>;
 
 impl Readers {
     /// Reads at most this many leaves at once.
@@ -465,7 +476,7 @@ impl Readers {
         &self,
         bosc: &Arc<Bosc<LeafApp>>,
         block: u64,
-        reply: mpsc::Sender<(u64, Result<Vec<u8>, Error>)>,
+        reply: Option<LeafReply>,
     ) -> Result<(), Error> {
         let mut jobs = self.jobs.lock().unwrap_or_else(PoisonError::into_inner);
         if jobs.is_none() {
@@ -479,8 +490,15 @@ impl Readers {
                     .spawn(move || loop {
                         let job = rx.lock().unwrap_or_else(PoisonError::into_inner).recv();
                         let Ok(job) = job else { return };
-                        let payload = bosc.query(job.block, <[u8]>::to_vec);
-                        let _ = job.reply.send((job.block, payload));
+                        match job.reply {
+                            Some(reply) => {
+                                let payload = bosc.query(job.block, <[u8]>::to_vec);
+                                let _ = reply.send((job.block, payload));
+                            }
+                            // A failed read ahead leaves the split to read the leaf itself,
+                            // and to report the error.
+                            None => drop(bosc.read_hot(job.block)),
+                        }
                     });
                 threads.push(spawned.map_err(|e| Error::Failed(format!("leaf reader: {e}")))?);
             }
@@ -516,6 +534,8 @@ pub struct BPlusTree {
     router: Mutex<Router>,
     capacity: usize,
     split_threshold: usize,
+    /// Whether batches read nearly full leaves ahead ([`BPlusTree::set_read_ahead`]).
+    read_ahead: AtomicBool,
     stats: TreeStats,
 }
 
@@ -582,6 +602,7 @@ impl BPlusTree {
             }),
             capacity,
             split_threshold,
+            read_ahead: AtomicBool::new(true),
             stats: TreeStats::default(),
         };
         tree.install(scanned)?;
@@ -676,6 +697,7 @@ impl BPlusTree {
             split_threshold: split_threshold
                 .unwrap_or(default_split_threshold(capacity))
                 .clamp(2, capacity),
+            read_ahead: AtomicBool::new(true),
             stats: TreeStats::default(),
             bosc: Arc::new(bosc),
             readers: Readers::default(),
@@ -712,12 +734,26 @@ impl BPlusTree {
         self.stats
             .prefetch_us
             .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+        let mut ahead = Vec::new();
+        let hot_at = hot_at(self.capacity);
         for (&(key, value), &route) in records.iter().zip(&routes) {
             let route = (!staged.split.contains(&route)).then_some(route);
             let (fence, block) = self.prepare(&mut r, key, route, &mut staged)?;
             staged.push(Change::modify(block, encode_mod(TAG_PUT, key, value)));
             if let Some(l) = r.get_mut(fence) {
                 l.records_max = l.records_max.saturating_add(1);
+                if l.records_max() == hot_at {
+                    ahead.push(block);
+                }
+            }
+        }
+        // Leaves this batch brought to nearly full are read ahead while it is logged, and
+        // split (or their count refreshed) at a later batch from the copy ([`Self::split_hot`]),
+        // before they fill up and a put must wait for the read.
+        for block in ahead {
+            if self.read_ahead.load(Ordering::Relaxed) && !self.bosc.cached(block) {
+                self.readers.send(&self.bosc, block, None)?;
+                self.stats.leaves_read_ahead.fetch_add(1, Ordering::Relaxed);
             }
         }
         self.flush(&mut r, &mut staged)
@@ -739,6 +775,12 @@ impl BPlusTree {
         staged.split.clear();
         staged.prefetched.clear();
         Ok(())
+    }
+
+    /// Whether batches read the leaves they bring to nearly full ahead (on by default). Off,
+    /// such a leaf is read when it fills up unless a commit found it nearly full first.
+    pub fn set_read_ahead(&self, on: bool) {
+        self.read_ahead.store(on, Ordering::Relaxed);
     }
 
     /// Deletes (blind: a missing key is not an error).
@@ -770,7 +812,7 @@ impl BPlusTree {
         }
         let (reply, replies) = mpsc::channel();
         for &block in &blocks {
-            self.readers.send(&self.bosc, block, reply.clone())?;
+            self.readers.send(&self.bosc, block, Some(reply.clone()))?;
         }
         drop(reply);
         let mut out = HashMap::with_capacity(blocks.len());

@@ -137,6 +137,8 @@ pub struct BoscStats {
     pub image_runs_committed: AtomicU64,
     /// Blocks the commit cycle kept in memory because the application called them hot.
     pub kept_hot: AtomicU64,
+    /// Blocks read ahead for the application ([`Bosc::read_hot`]).
+    pub read_hot: AtomicU64,
 }
 
 /// What opening found.
@@ -638,6 +640,15 @@ impl<A: BlockApp> Bosc<A> {
     pub fn cached(&self, block: u64) -> bool {
         let st = lock(&self.inner.state);
         st.images.contains_key(&block)
+    }
+
+    /// Reads the block and keeps it as a commit keeps a hot block's copy, for
+    /// [`Bosc::take_hot`] to hand out (what is queued for it meanwhile applied): a read the
+    /// application asks for ahead of need, off its own path. Nothing if the block's image is
+    /// cached (a query costs no I/O then) or the copies already hold a sixteenth of the
+    /// memory budget.
+    pub fn read_hot(&self, block: u64) -> Result<(), Error> {
+        self.inner.read_hot(block)
     }
 
     /// The payloads of the blocks the commit cycle found hot ([`BlockApp::hot`]) since the
@@ -1354,6 +1365,38 @@ impl<A: BlockApp> Inner<A> {
         Ok(out)
     }
 
+    fn read_hot(&self, block: u64) -> Result<(), Error> {
+        self.check_block_no(block)?;
+        let room = |st: &State| {
+            !st.images.contains_key(&block)
+                && !st.hot.contains_key(&block)
+                && st.hot_bytes < self.budget.load(Ordering::Relaxed) / 16
+        };
+        if !room(&lock(&self.state)) {
+            return Ok(());
+        }
+        // As a query reads and merges it: the gate, held until the merge, keeps commits from
+        // writing the block or retiring its entries in between.
+        let _gate = self.gate.read().unwrap_or_else(PoisonError::into_inner);
+        let (mut img, lsn) = self.read_block(block)?;
+        let mut st = lock(&self.state);
+        if !room(&st) {
+            return Ok(());
+        }
+        let mut upto = lsn;
+        if let Some((g, offset)) = st.group(block) {
+            for e in g.entries_of(offset).filter(|e| e.seq > lsn) {
+                if let Some((op, bytes)) = e.change {
+                    apply_op(self.app.as_ref(), block, &mut img, op, bytes);
+                }
+                upto = e.seq;
+            }
+        }
+        st.keep_hot(block, img, upto);
+        self.stats.read_hot.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
     fn background(&self, every: Duration) {
         loop {
             {
@@ -1801,6 +1844,33 @@ mod tests {
         counted_matches_footprints(&b);
         // (A query caches the block's image: commits then copy that, and keep no copy.)
         assert_eq!(hot[0].1, b.read(5).unwrap());
+    }
+
+    /// A read ahead is kept as a commit's copy is: taken, it holds the disk's block with what
+    /// was queued before and after the read applied; a cached block is not read.
+    #[test]
+    fn read_ahead_copies_are_current_when_taken() {
+        let cfg = BoscConfig {
+            block_bytes: 512,
+            block_count: 64,
+            background: None,
+            ..BoscConfig::default()
+        };
+        let b = own_log_engine(cfg);
+        b.modify(9, &[7, 7, 7]).unwrap();
+        b.commit_all().unwrap();
+        b.modify(9, &[8]).unwrap();
+        b.read_hot(9).unwrap();
+        b.modify(9, &[9, 9]).unwrap();
+        assert_eq!(b.stats().read_hot.load(Ordering::Relaxed), 1);
+        counted_matches_footprints(&b);
+        let hot = b.take_hot();
+        assert_eq!(hot.len(), 1);
+        assert_eq!((hot[0].0, &hot[0].1[..4]), (9, &[9, 9, 7, 0][..]));
+        counted_matches_footprints(&b);
+        assert_eq!(hot[0].1, b.read(9).unwrap());
+        b.read_hot(9).unwrap();
+        assert!(b.take_hot().is_empty(), "a cached block is not read ahead");
     }
 
     /// The double-write area can hold several copies of a block: the current batch's and

@@ -70,16 +70,17 @@ fn check_all(t: &BPlusTree, o: &BTreeMap<Key, u64>) {
 
 /// Returns (splits in memory, splits with a read, leaves repaired).
 /// Totals over the run's trees: splits in memory, with a read, from a commit's hot copy;
-/// leaves repaired; new leaves recovery found committed already.
-fn run(seed: u64, steps: usize, budget: usize) -> [u64; 5] {
+/// leaves repaired; new leaves recovery found committed already; leaves read ahead.
+fn run(seed: u64, steps: usize, budget: usize, read_ahead: bool) -> [u64; 6] {
     let mut rng = Rng(seed | 1);
     let c = cfg(budget);
     let mut disks = Disks::new::<LeafApp>(seed, &c, 4 << 20, LOG_ID);
     let mut tree = disks.open(&c);
+    tree.set_read_ahead(read_ahead);
     let mut o = BTreeMap::new();
     let mut crashes = 0;
-    let mut totals = [0; 5];
-    let add = |t: &BPlusTree, totals: &mut [u64; 5]| {
+    let mut totals = [0; 6];
+    let add = |t: &BPlusTree, totals: &mut [u64; 6]| {
         let s = t.stats();
         let counters = [
             &s.splits_in_memory,
@@ -87,6 +88,7 @@ fn run(seed: u64, steps: usize, budget: usize) -> [u64; 5] {
             &s.splits_hot,
             &s.leaves_repaired,
         ];
+        totals[5] += s.leaves_read_ahead.load(Ordering::Relaxed);
         for (total, c) in totals.iter_mut().zip(counters) {
             *total += c.load(Ordering::Relaxed);
         }
@@ -134,6 +136,7 @@ fn run(seed: u64, steps: usize, budget: usize) -> [u64; 5] {
                 disks = disks.crash();
                 let dropped;
                 (tree, dropped) = disks.open_reporting(&c);
+                tree.set_read_ahead(read_ahead);
                 totals[4] += dropped;
                 crashes += 1;
                 check_all(&tree, &o);
@@ -160,9 +163,9 @@ fn t_insert(t: &BPlusTree, o: &mut BTreeMap<Key, u64>, k: Key, v: u64) {
 
 #[test]
 fn btree_crashes_keep_every_acknowledged_operation() {
-    let mut totals = [0; 5];
+    let mut totals = [0; 6];
     for seed in 1..=6 {
-        let t = run(seed, 900, 1 << 20);
+        let t = run(seed, 900, 1 << 20, true);
         totals = std::array::from_fn(|i| totals[i] + t[i]);
     }
     assert!(totals[0] > 0, "some splits needed no I/O: {totals:?}");
@@ -172,11 +175,28 @@ fn btree_crashes_keep_every_acknowledged_operation() {
     );
 }
 
+/// The same under a tight budget with batches reading nearly full leaves ahead: every
+/// operation still checked against the oracle, across crashes, while splits take the copies
+/// the reads ahead left (whenever they arrive before the leaf fills up).
+#[test]
+fn btree_tight_budget_reads_ahead() {
+    let mut totals = [0; 6];
+    for seed in 30..=32 {
+        let t = run(seed, 700, 4096, true);
+        totals = std::array::from_fn(|i| totals[i] + t[i]);
+    }
+    assert!(
+        totals[5] > 0,
+        "nearly full leaves were read ahead: {totals:?}"
+    );
+    assert!(totals[2] > 0, "splits took the copies: {totals:?}");
+}
+
 #[test]
 fn btree_tight_budget_splits_with_reads() {
-    let mut totals = [0; 5];
+    let mut totals = [0; 6];
     for seed in 20..=22 {
-        let t = run(seed, 700, 4096);
+        let t = run(seed, 700, 4096, false);
         totals = std::array::from_fn(|i| totals[i] + t[i]);
     }
     assert!(

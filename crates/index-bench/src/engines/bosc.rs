@@ -127,6 +127,7 @@ pub(super) fn engine_notes<A: BlockApp>(b: &Bosc<A>) -> Map<String, Value> {
     m.insert("blocks_written".into(), json!(n(&s.blocks_written)));
     m.insert("forced_commits".into(), json!(n(&s.forced_commits)));
     m.insert("kept_hot".into(), json!(n(&s.kept_hot)));
+    m.insert("read_hot".into(), json!(n(&s.read_hot)));
     m.insert(
         "image_runs_committed".into(),
         json!(n(&s.image_runs_committed)),
@@ -259,6 +260,7 @@ impl Engine for BoscBtree {
         m.insert("router_bytes".into(), json!(t.router_bytes()));
         m.insert("splits_in_memory".into(), json!(n(&s.splits_in_memory)));
         m.insert("splits_hot".into(), json!(n(&s.splits_hot)));
+        m.insert("leaves_read_ahead".into(), json!(n(&s.leaves_read_ahead)));
         m.insert("splits_with_read".into(), json!(n(&s.splits_with_read)));
         m.insert("counts_refreshed".into(), json!(n(&s.counts_refreshed)));
         m.insert("leaves_prefetched".into(), json!(n(&s.leaves_prefetched)));
