@@ -664,14 +664,9 @@ impl<A: BlockApp> Bosc<A> {
             let Some(mut c) = st.drop_hot(block) else {
                 continue;
             };
-            if let Some(now) = st.images.get(&block) {
-                c.image.copy_from_slice(&now.image);
-            } else if let Some((g, offset)) = st.group(block) {
-                for e in g.entries_of(offset).filter(|e| e.seq > c.lsn) {
-                    if let Some((op, bytes)) = e.change {
-                        apply_op(self.inner.app.as_ref(), block, &mut c.image, op, bytes);
-                    }
-                }
+            match st.images.get(&block) {
+                Some(now) => c.image.copy_from_slice(&now.image),
+                None => drop(self.inner.apply_queued(&st, block, &mut c.image, c.lsn)),
             }
             out.push((block, c.image.split_off(BLOCK_HEADER_LEN)));
         }
@@ -1339,15 +1334,7 @@ impl<A: BlockApp> Inner<A> {
         }
         let budget = self.budget.load(Ordering::Relaxed);
         let room = st.memory_bytes + img.len() <= budget;
-        let mut img_lsn = lsn;
-        if let Some((g, offset)) = st.group(block) {
-            for e in g.entries_of(offset).filter(|e| e.seq > lsn) {
-                if let Some((op, bytes)) = e.change {
-                    apply_op(self.app.as_ref(), block, &mut img, op, bytes);
-                    img_lsn = e.seq;
-                }
-            }
-        }
+        let img_lsn = self.apply_queued(&st, block, &mut img, lsn);
         let out = f(&img[BLOCK_HEADER_LEN..]);
         if room {
             // The queues double as a cache: later modifications apply to this image at once,
@@ -1363,6 +1350,22 @@ impl<A: BlockApp> Inner<A> {
             st.cache_image(block, img, img_lsn);
         }
         Ok(out)
+    }
+
+    /// Applies to `img`, the block read or copied when every modification up to `above` was
+    /// in it, those queued above `above`; returns the last one's sequence number (`above` if
+    /// none). For a block without a cached image, whose entries all hold their bytes.
+    fn apply_queued(&self, st: &State, block: u64, img: &mut [u8], above: u64) -> u64 {
+        let mut last = above;
+        if let Some((g, offset)) = st.group(block) {
+            for e in g.entries_of(offset).filter(|e| e.seq > above) {
+                if let Some((op, bytes)) = e.change {
+                    apply_op(self.app.as_ref(), block, img, op, bytes);
+                }
+                last = e.seq;
+            }
+        }
+        last
     }
 
     fn read_hot(&self, block: u64) -> Result<(), Error> {
@@ -1383,15 +1386,7 @@ impl<A: BlockApp> Inner<A> {
         if !room(&st) {
             return Ok(());
         }
-        let mut upto = lsn;
-        if let Some((g, offset)) = st.group(block) {
-            for e in g.entries_of(offset).filter(|e| e.seq > lsn) {
-                if let Some((op, bytes)) = e.change {
-                    apply_op(self.app.as_ref(), block, &mut img, op, bytes);
-                }
-                upto = e.seq;
-            }
-        }
+        let upto = self.apply_queued(&st, block, &mut img, lsn);
         st.keep_hot(block, img, upto);
         self.stats.read_hot.fetch_add(1, Ordering::Relaxed);
         Ok(())
