@@ -557,20 +557,7 @@ impl BPlusTree {
     /// half-done splits, and creates the root leaf of an empty tree. `split_threshold` is in
     /// records; `None` takes 3/4 of a leaf's capacity.
     pub fn open(bosc: Bosc<LeafApp>, split_threshold: Option<usize>) -> Result<Self, Error> {
-        let capacity = leaf_capacity(bosc.payload_bytes());
-        if capacity < 4 {
-            return Err(Error::Config(
-                "B+tree leaves need room for 4 records".into(),
-            ));
-        }
-        let split_threshold = split_threshold
-            .unwrap_or(default_split_threshold(capacity))
-            .clamp(2, capacity);
-        if bosc.block_count() > MAX_BLOCKS {
-            return Err(Error::Config(format!(
-                "a B+tree engine has at most {MAX_BLOCKS} blocks"
-            )));
-        }
+        let capacity = Self::check_engine(&bosc)?;
         let mut scanned = Vec::new();
         let mut free = Vec::new();
         let mut next_free = 0;
@@ -592,21 +579,50 @@ impl BPlusTree {
         })?;
         free.push((next_free, bosc.block_count()));
         let free = FreeBlocks::from_ascending(free);
-        let tree = Self {
+        let tree = Self::assemble(bosc, capacity, split_threshold, BTreeMap::new(), free);
+        tree.install(scanned)?;
+        Ok(tree)
+    }
+
+    /// The capacity of the engine's leaves; refuses leaves too small and engines with more
+    /// blocks than a [`Leaf`] can number.
+    fn check_engine(bosc: &Bosc<LeafApp>) -> Result<usize, Error> {
+        let capacity = leaf_capacity(bosc.payload_bytes());
+        if capacity < 4 {
+            return Err(Error::Config(
+                "B+tree leaves need room for 4 records".into(),
+            ));
+        }
+        if bosc.block_count() > MAX_BLOCKS {
+            return Err(Error::Config(format!(
+                "a B+tree engine has at most {MAX_BLOCKS} blocks"
+            )));
+        }
+        Ok(capacity)
+    }
+
+    fn assemble(
+        bosc: Bosc<LeafApp>,
+        capacity: usize,
+        split_threshold: Option<usize>,
+        leaves: BTreeMap<Fence, Leaf>,
+        free: FreeBlocks,
+    ) -> Self {
+        Self {
             bosc: Arc::new(bosc),
             readers: Readers::default(),
             router: Mutex::new(Router {
-                leaves: BTreeMap::new(),
+                leaves,
                 free,
                 failed: None,
             }),
             capacity,
-            split_threshold,
+            split_threshold: split_threshold
+                .unwrap_or(default_split_threshold(capacity))
+                .clamp(2, capacity),
             read_ahead: AtomicBool::new(true),
             stats: TreeStats::default(),
-        };
-        tree.install(scanned)?;
-        Ok(tree)
+        }
     }
 
     /// Builds the router from the leaves found at open, in fence order (a sorted build packs
@@ -661,47 +677,19 @@ impl BPlusTree {
         fill: usize,
         records: impl IntoIterator<Item = (Key, u64)>,
     ) -> Result<Self, Error> {
-        let capacity = leaf_capacity(bosc.payload_bytes());
-        if capacity < 4 {
-            return Err(Error::Config(
-                "B+tree leaves need room for 4 records".into(),
-            ));
-        }
-        if bosc.block_count() > MAX_BLOCKS {
-            return Err(Error::Config(format!(
-                "a B+tree engine has at most {MAX_BLOCKS} blocks"
-            )));
-        }
+        let capacity = Self::check_engine(&bosc)?;
         let mut loader = BulkLoader::new(&bosc, fill.clamp(1, capacity));
         for (key, value) in records {
             loader.push(key, value)?;
         }
         let leaves = loader.finish()?;
         let used = leaves.len() as u64;
-        let tree = Self {
-            router: Mutex::new(Router {
-                leaves: leaves
-                    .into_iter()
-                    .map(|(k, l)| (Fence::from(k), l))
-                    .collect(),
-                free: FreeBlocks {
-                    runs: if used < bosc.block_count() {
-                        vec![(used, bosc.block_count())]
-                    } else {
-                        Vec::new()
-                    },
-                },
-                failed: None,
-            }),
-            capacity,
-            split_threshold: split_threshold
-                .unwrap_or(default_split_threshold(capacity))
-                .clamp(2, capacity),
-            read_ahead: AtomicBool::new(true),
-            stats: TreeStats::default(),
-            bosc: Arc::new(bosc),
-            readers: Readers::default(),
-        };
+        let free = FreeBlocks::from_ascending(vec![(used, bosc.block_count())]);
+        let leaves = leaves
+            .into_iter()
+            .map(|(k, l)| (Fence::from(k), l))
+            .collect();
+        let tree = Self::assemble(bosc, capacity, split_threshold, leaves, free);
         if used == 0 {
             tree.install(Vec::new())?;
         }
@@ -750,8 +738,11 @@ impl BPlusTree {
         // Leaves this batch brought to nearly full are read ahead while it is logged, and
         // split (or their count refreshed) at a later batch from the copy ([`Self::split_hot`]),
         // before they fill up and a put must wait for the read.
+        if !self.read_ahead.load(Ordering::Relaxed) {
+            ahead.clear();
+        }
         for block in ahead {
-            if self.read_ahead.load(Ordering::Relaxed) && !self.bosc.cached(block) {
+            if !self.bosc.cached(block) {
                 self.readers.send(&self.bosc, block, None)?;
                 self.stats.leaves_read_ahead.fetch_add(1, Ordering::Relaxed);
             }
@@ -958,12 +949,14 @@ impl BPlusTree {
         r.check()?;
         let (first, _) = r.leaf_for(from)?;
         let mut out = Vec::new();
-        for (fence, leaf) in r.leaves.range(Fence::from(first)..) {
+        let mut leaves = r.leaves.range(Fence::from(first)..).peekable();
+        while let Some((fence, leaf)) = leaves.next() {
             let fence = fence.key();
             if fence >= to {
                 break;
             }
-            let hi = r.next_fence(fence).map_or(to, |h| h.min(to));
+            let next = leaves.peek().map(|(f, _)| f.key());
+            let hi = next.map_or(to, |h| h.min(to));
             let lo = from.max(fence);
             out.extend(
                 self.bosc
