@@ -306,6 +306,11 @@ impl State {
         self.memory_bytes - self.hot_bytes
     }
 
+    /// Whether the hot copies may take another: they hold at most a sixteenth of `budget`.
+    fn hot_has_room(&self, budget: usize) -> bool {
+        self.hot_bytes < budget / 16
+    }
+
     fn drop_hot(&mut self, block: u64) -> Option<Cached> {
         let c = self.hot.remove(&block)?;
         self.memory_bytes -= c.footprint();
@@ -654,7 +659,7 @@ impl<A: BlockApp> Bosc<A> {
     /// The payloads of the blocks the commit cycle found hot ([`BlockApp::hot`]) since the
     /// last call, each as [`Bosc::query`] would return it now, read from memory: the commit
     /// kept a copy, and what was queued for the block since is applied to it. The copies are
-    /// held until taken (an eighth of the memory budget at most), so an application that
+    /// held until taken (a sixteenth of the memory budget at most), so an application that
     /// calls blocks hot takes them often.
     pub fn take_hot(&self) -> Vec<(u64, Vec<u8>)> {
         let mut st = lock(&self.inner.state);
@@ -1069,7 +1074,7 @@ impl<A: BlockApp> Inner<A> {
         let mut frontiers = Frontiers::default();
         let budget = self.budget.load(Ordering::Relaxed);
         let mut prune_above = budget;
-        let (mut scanned, mut dropped) = (0, 0);
+        let (mut scanned, mut dropped, mut lsns) = (0, 0, HashMap::new());
         log.replay(plan, |f, payload| {
             let (seq, block) = (f.header.seq, f.header.offset);
             if f.header.kind != RecordKind::Write || f.header.volume != volume {
@@ -1089,14 +1094,14 @@ impl<A: BlockApp> Inner<A> {
             if st.memory_bytes > prune_above {
                 frontiers.prune(&mut st);
                 if st.memory_bytes > budget {
-                    dropped += self.settle_images(&mut st)?;
+                    dropped += self.settle_images(&mut st, &mut lsns)?;
                 }
                 prune_above = st.memory_bytes.max(budget) + budget / 4;
             }
             Ok(())
         })?;
         frontiers.prune(&mut st);
-        dropped += self.settle_images(&mut st)?;
+        dropped += self.settle_images(&mut st, &mut lsns)?;
         Ok((scanned, st.pending as u64, dropped))
     }
 
@@ -1108,9 +1113,11 @@ impl<A: BlockApp> Inner<A> {
     /// the queues had held 15 MB. So the blocks with images are read, in block order and in
     /// runs (new leaves bunch), and what the disk already has is dropped: entries at or below
     /// the block's LSN, and the image once nothing is pending. Returns the images dropped.
-    /// Runs during recovery (nothing else uses the engine yet), under the state lock.
-    fn settle_images(&self, st: &mut State) -> Result<u64, Error> {
-        const MAX_GAP: u64 = 8;
+    /// Runs during recovery (nothing else uses the engine yet), under the state lock. The
+    /// disk does not change meanwhile, so `lsns` keeps each block's LSN once read: a later
+    /// call reads only blocks it has not seen.
+    fn settle_images(&self, st: &mut State, lsns: &mut HashMap<u64, u64>) -> Result<u64, Error> {
+        // Reads of up to 256 blocks, more than a tenth of them wanted (new leaves bunch).
         const MAX_READ: u64 = 256;
         let blocks: Vec<u64> = st
             .images
@@ -1118,33 +1125,32 @@ impl<A: BlockApp> Inner<A> {
             .copied()
             .filter(|&b| st.has_pending(b))
             .collect();
+        let unread: Vec<u64> = blocks
+            .iter()
+            .copied()
+            .filter(|b| !lsns.contains_key(b))
+            .collect();
         let bs = self.geo.block_bytes as usize;
-        let (mut dropped, mut i, mut buf) = (0, 0, Vec::new());
-        while i < blocks.len() {
-            let start = blocks[i];
-            let mut j = i + 1;
-            while j < blocks.len()
-                && blocks[j] - blocks[j - 1] <= MAX_GAP
-                && blocks[j] - start < MAX_READ
-            {
-                j += 1;
+        let mut buf = Vec::new();
+        for run in plan_runs(&unread, MAX_READ, 0.1) {
+            buf.resize(run.len as usize * bs, 0);
+            self.disk
+                .read_at(&mut buf, self.geo.block_offset(run.start))?;
+            let read = block_lsns(&buf, self.disk_id, bs, run.start)?;
+            lsns.extend((run.start..).zip(read));
+        }
+        let mut dropped = 0;
+        for b in blocks {
+            let lsn = lsns.get(&b).copied().unwrap_or(0);
+            st.with_group(b, |g, offset| {
+                g.rebuild(|e| (e.offset != offset || e.seq > lsn).then_some(e))
+            });
+            if st.has_pending(b) {
+                st.note_clean(b);
+            } else {
+                st.evict_image(b);
+                dropped += 1;
             }
-            buf.resize((blocks[j - 1] + 1 - start) as usize * bs, 0);
-            self.disk.read_at(&mut buf, self.geo.block_offset(start))?;
-            let lsns = block_lsns(&buf, self.disk_id, bs, start)?;
-            for &b in &blocks[i..j] {
-                let lsn = lsns[(b - start) as usize];
-                st.with_group(b, |g, offset| {
-                    g.rebuild(|e| (e.offset != offset || e.seq > lsn).then_some(e))
-                });
-                if st.has_pending(b) {
-                    st.note_clean(b);
-                } else {
-                    st.evict_image(b);
-                    dropped += 1;
-                }
-            }
-            i = j;
         }
         Ok(dropped)
     }
@@ -1212,20 +1218,8 @@ impl<A: BlockApp> Inner<A> {
 
     fn evict_clean(&self, budget: usize) {
         let mut st = lock(&self.state);
-        let mut clean = Vec::new();
-        let mut frees = 0;
-        let excess = st.queue_bytes().saturating_sub(budget);
-        for &b in &st.clean {
-            if frees >= excess {
-                break;
-            }
-            frees += st.images.get(&b).map_or(0, Cached::footprint);
-            clean.push(b);
-        }
-        for b in clean {
-            if st.queue_bytes() <= budget {
-                break;
-            }
+        while st.queue_bytes() > budget {
+            let Some(&b) = st.clean.first() else { break };
             st.evict_image(b);
         }
     }
@@ -1373,7 +1367,7 @@ impl<A: BlockApp> Inner<A> {
         let room = |st: &State| {
             !st.images.contains_key(&block)
                 && !st.hot.contains_key(&block)
-                && st.hot_bytes < self.budget.load(Ordering::Relaxed) / 16
+                && st.hot_has_room(self.budget.load(Ordering::Relaxed))
         };
         if !room(&lock(&self.state)) {
             return Ok(());
@@ -1603,7 +1597,12 @@ impl<A: BlockApp> Inner<A> {
         let mut st = lock(&self.state);
         let lsns = block_lsns(buf, self.disk_id, bs, run.start)?;
         // A copy kept at an earlier commit would miss what this commit retires.
-        for block in run.start..run.start + run.len {
+        let stale: Vec<u64> = st
+            .hot
+            .range(run.start..run.start + run.len)
+            .map(|(&b, _)| b)
+            .collect();
+        for block in stale {
             st.drop_hot(block);
         }
         let merged = self.merge_pending(&st, run.start, buf, &lsns);
@@ -1616,7 +1615,7 @@ impl<A: BlockApp> Inner<A> {
             if let Some(c) = st.images.get(&block) {
                 img.copy_from_slice(&c.image);
                 lsn = c.lsn.max(lsns[i]);
-            } else if st.hot_bytes < budget / 16 && self.app.hot(block, &img[BLOCK_HEADER_LEN..]) {
+            } else if st.hot_has_room(budget) && self.app.hot(block, &img[BLOCK_HEADER_LEN..]) {
                 // Everything queued for the block is merged into this copy: what comes later
                 // is queued on top of it, and [`Bosc::take_hot`] applies that.
                 st.keep_hot(block, img.to_vec(), upto);
