@@ -68,7 +68,6 @@ fn check_all(t: &BPlusTree, o: &BTreeMap<Key, u64>) {
     }
 }
 
-/// Returns (splits in memory, splits with a read, leaves repaired).
 /// Totals over the run's trees: splits in memory, with a read, from a commit's hot copy;
 /// leaves repaired; new leaves recovery found committed already; leaves read ahead.
 fn run(seed: u64, steps: usize, budget: usize, read_ahead: bool) -> [u64; 6] {
@@ -156,6 +155,19 @@ fn run(seed: u64, steps: usize, budget: usize, read_ahead: bool) -> [u64; 6] {
     totals
 }
 
+/// [`run`] over `seeds`, totals summed.
+fn runs(
+    seeds: std::ops::RangeInclusive<u64>,
+    steps: usize,
+    budget: usize,
+    read_ahead: bool,
+) -> [u64; 6] {
+    seeds.fold([0; 6], |totals, seed| {
+        let t = run(seed, steps, budget, read_ahead);
+        std::array::from_fn(|i| totals[i] + t[i])
+    })
+}
+
 fn t_insert(t: &BPlusTree, o: &mut BTreeMap<Key, u64>, k: Key, v: u64) {
     t.insert(k, v).unwrap();
     o.insert(k, v);
@@ -163,11 +175,7 @@ fn t_insert(t: &BPlusTree, o: &mut BTreeMap<Key, u64>, k: Key, v: u64) {
 
 #[test]
 fn btree_crashes_keep_every_acknowledged_operation() {
-    let mut totals = [0; 6];
-    for seed in 1..=6 {
-        let t = run(seed, 900, 1 << 20, true);
-        totals = std::array::from_fn(|i| totals[i] + t[i]);
-    }
+    let totals = runs(1..=6, 900, 1 << 20, true);
     assert!(totals[0] > 0, "some splits needed no I/O: {totals:?}");
     assert!(
         totals[4] > 0,
@@ -180,11 +188,7 @@ fn btree_crashes_keep_every_acknowledged_operation() {
 /// the reads ahead left (whenever they arrive before the leaf fills up).
 #[test]
 fn btree_tight_budget_reads_ahead() {
-    let mut totals = [0; 6];
-    for seed in 30..=32 {
-        let t = run(seed, 700, 4096, true);
-        totals = std::array::from_fn(|i| totals[i] + t[i]);
-    }
+    let totals = runs(30..=32, 700, 4096, true);
     assert!(
         totals[5] > 0,
         "nearly full leaves were read ahead: {totals:?}"
@@ -194,11 +198,7 @@ fn btree_tight_budget_reads_ahead() {
 
 #[test]
 fn btree_tight_budget_splits_with_reads() {
-    let mut totals = [0; 6];
-    for seed in 20..=22 {
-        let t = run(seed, 700, 4096, false);
-        totals = std::array::from_fn(|i| totals[i] + t[i]);
-    }
+    let totals = runs(20..=22, 700, 4096, false);
     assert!(
         totals[1] > 0,
         "uncached full leaves were read to split: {totals:?}"
