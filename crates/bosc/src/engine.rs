@@ -1789,6 +1789,16 @@ mod tests {
         Bosc::open(data, cfg, durability, Arc::new(app)).unwrap().0
     }
 
+    /// 64 blocks of 512 bytes, commits only when a test calls for them.
+    fn small_cfg() -> BoscConfig {
+        BoscConfig {
+            block_bytes: 512,
+            block_count: 64,
+            background: None,
+            ..BoscConfig::default()
+        }
+    }
+
     /// [`Put`], calling a block hot when its payload starts with 1.
     struct HotPut;
     impl BlockApp for HotPut {
@@ -1805,13 +1815,7 @@ mod tests {
     /// block replaces the copy, and a block taken once is not handed out again.
     #[test]
     fn hot_copies_are_current_when_taken() {
-        let cfg = BoscConfig {
-            block_bytes: 512,
-            block_count: 64,
-            background: None,
-            ..BoscConfig::default()
-        };
-        let b = own_log_engine_with(cfg, HotPut);
+        let b = own_log_engine_with(small_cfg(), HotPut);
         b.modify(5, &[1, 10]).unwrap();
         b.modify(6, &[2, 10]).unwrap();
         b.commit_all().unwrap();
@@ -1844,13 +1848,7 @@ mod tests {
     /// was queued before and after the read applied; a cached block is not read.
     #[test]
     fn read_ahead_copies_are_current_when_taken() {
-        let cfg = BoscConfig {
-            block_bytes: 512,
-            block_count: 64,
-            background: None,
-            ..BoscConfig::default()
-        };
-        let b = own_log_engine(cfg);
+        let b = own_log_engine(small_cfg());
         b.modify(9, &[7, 7, 7]).unwrap();
         b.commit_all().unwrap();
         b.modify(9, &[8]).unwrap();
