@@ -36,10 +36,11 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ops::Bound;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 
+use crate::engine::Submitted;
 use crate::{BlockApp, Bosc, Change, Error, Op};
 
 /// A version-index key. Ordered by volume, then LBA, then timestamp, so the versions of one
@@ -164,6 +165,17 @@ pub fn leaf_payload(payload_bytes: usize, fence: Key, records: &[(Key, u64)]) ->
         p[at + Key::ENCODED_LEN..at + RECORD_LEN].copy_from_slice(&v.to_le_bytes());
     }
     p
+}
+
+/// A staged change applied to a leaf's payload in memory, as the engine would apply it.
+fn apply_change(p: &mut [u8], c: &Change) {
+    match c.op {
+        Op::Write => {
+            p.fill(0);
+            p[..c.bytes.len()].copy_from_slice(&c.bytes);
+        }
+        Op::App => LeafApp.apply(c.block, p, &c.bytes),
+    }
 }
 
 fn set_count(p: &mut [u8], n: usize) {
@@ -536,6 +548,8 @@ pub struct BPlusTree {
     split_threshold: usize,
     /// Whether batches read nearly full leaves ahead ([`BPlusTree::set_read_ahead`]).
     read_ahead: AtomicBool,
+    /// Parts a batch is logged in ([`BPlusTree::set_log_parts`]).
+    log_parts: AtomicUsize,
     stats: TreeStats,
 }
 
@@ -621,6 +635,7 @@ impl BPlusTree {
                 .unwrap_or(default_split_threshold(capacity))
                 .clamp(2, capacity),
             read_ahead: AtomicBool::new(true),
+            log_parts: AtomicUsize::new(1),
             stats: TreeStats::default(),
         }
     }
@@ -724,6 +739,8 @@ impl BPlusTree {
             .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
         let mut ahead = Vec::new();
         let hot_at = hot_at(self.capacity);
+        let chunk = self.chunk_len(records.len());
+        let mut in_flight = None;
         for (&(key, value), &route) in records.iter().zip(&routes) {
             let route = (!staged.split.contains(&route)).then_some(route);
             let (fence, block) = self.prepare(&mut r, key, route, &mut staged)?;
@@ -733,6 +750,9 @@ impl BPlusTree {
                 if l.records_max() == hot_at {
                     ahead.push(block);
                 }
+            }
+            if staged.changes.len() >= chunk {
+                in_flight = Some(self.send(&mut r, &mut staged, in_flight)?);
             }
         }
         // Leaves this batch brought to nearly full are read ahead while it is logged, and
@@ -747,7 +767,46 @@ impl BPlusTree {
                 self.stats.leaves_read_ahead.fetch_add(1, Ordering::Relaxed);
             }
         }
-        self.flush(&mut r, &mut staged)
+        let last = self.send(&mut r, &mut staged, in_flight)?;
+        last.wait().map(drop).inspect_err(|e| {
+            r.failed = Some(format!("a batch failed: {e}"));
+        })
+    }
+
+    /// Records of a batch of `n` handed to the log at a time: the log writes one part while
+    /// the next is prepared, and the batch waits for the last part's write alone.
+    fn chunk_len(&self, n: usize) -> usize {
+        n.div_ceil(self.log_parts.load(Ordering::Relaxed).max(1))
+            .max(1)
+    }
+
+    /// Into how many parts a batch's records are logged (default 1: one log write per batch).
+    /// With more, preparing part k+1 overlaps the log write of part k; a batch is durable when
+    /// [`Self::insert_batch`] returns either way. Each part is a log write of its own, so parts
+    /// of a few dozen records cost more than they overlap.
+    pub fn set_log_parts(&self, parts: usize) {
+        self.log_parts.store(parts.max(1), Ordering::Relaxed);
+    }
+
+    /// Hands the staged changes to the log (after `previous` is durable) and queues them:
+    /// from here queries, and reads for later splits, find them in the engine, so the staged
+    /// set starts empty and the copies read ahead take them in too.
+    fn send<'a>(
+        &'a self,
+        r: &mut Router,
+        staged: &mut Staged,
+        previous: Option<Submitted<'a, LeafApp>>,
+    ) -> Result<Submitted<'a, LeafApp>, Error> {
+        staged.touched.clear();
+        let changes = std::mem::take(&mut staged.changes);
+        for c in &changes {
+            if let Some(p) = staged.prefetched.get_mut(&c.block) {
+                apply_change(p, c);
+            }
+        }
+        self.bosc.submit_after(previous, changes).inspect_err(|e| {
+            r.failed = Some(format!("a batch failed: {e}"));
+        })
     }
 
     /// Splits the leaves the commit cycle found due ([`LeafApp::hot`]) from the copies it
@@ -819,17 +878,6 @@ impl BPlusTree {
         Ok(out)
     }
 
-    fn flush(&self, r: &mut Router, staged: &mut Staged) -> Result<(), Error> {
-        staged.touched.clear();
-        let changes = std::mem::take(&mut staged.changes);
-        if changes.is_empty() {
-            return Ok(());
-        }
-        self.bosc.modify_batch(changes).map(drop).inspect_err(|e| {
-            r.failed = Some(format!("a batch failed: {e}"));
-        })
-    }
-
     /// The second part of the commit function: split the target leaf first if it is due.
     /// `route` is the key's leaf if known still to be.
     fn prepare(
@@ -884,13 +932,7 @@ impl BPlusTree {
                 None => self.bosc.query(leaf.block(), <[u8]>::to_vec)?,
             };
             for c in mine {
-                match c.op {
-                    Op::Write => {
-                        p.fill(0);
-                        p[..c.bytes.len()].copy_from_slice(&c.bytes);
-                    }
-                    Op::App => LeafApp.apply(leaf.block(), &mut p, &c.bytes),
-                }
+                apply_change(&mut p, c);
             }
             LeafView(&p).records(Key::MIN, hi)
         } else {

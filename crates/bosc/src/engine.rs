@@ -219,16 +219,10 @@ struct State {
     hot: BTreeMap<u64, Cached>,
     /// Their footprint (part of `memory_bytes`).
     hot_bytes: usize,
-    /// Lower bounds of the sequence numbers of appends not yet acknowledged by the log.
-    inflight: BTreeMap<u64, usize>,
-    /// Own-log bursts not yet queued, by ticket. Tickets are taken in the order the bursts
-    /// are handed to the log, which is the order of their sequence numbers; the log
-    /// acknowledges in completion order (devices finish out of order), so a burst is queued
-    /// only once it holds the first ticket. Each block's queue thereby stays in sequence
-    /// order, which the local frontier, commit and retire rely on. (Per burst, not per
-    /// record: a set per block cost an allocation and two map updates per modification.)
-    unqueued: BTreeSet<u64>,
-    next_ticket: u64,
+    /// Own-log bursts queued but not yet known durable, by first sequence number
+    /// ([`Submitted`]). A commit writes no block in place before every modification merged
+    /// into it is durable ([`State::durable_through`]): the write-ahead rule.
+    undurable: BTreeSet<u64>,
     max_seen: u64,
     memory_bytes: usize,
     cursor: u64,
@@ -325,16 +319,20 @@ impl State {
         }
     }
 
-    /// Exclusive: every sequence number below it is committed.
+    /// Exclusive: every sequence number below it is committed. (A modification is queued in
+    /// the same critical section that hands it to the log, so every sequence number taken
+    /// and not committed is in a queue.)
     fn global_frontier(&self) -> u64 {
         let mut gf = self.max_seen + 1;
         if let Some(&s) = self.firsts.first() {
             gf = gf.min(s);
         }
-        if let Some((&f, _)) = self.inflight.first_key_value() {
-            gf = gf.min(f);
-        }
         gf
+    }
+
+    /// Every modification at or below it is durable in the log.
+    fn durable_through(&self) -> u64 {
+        self.undurable.first().map_or(self.max_seen, |&f| f - 1)
     }
 
     /// Inclusive: every modification of `block` at or below it is committed. For a block
@@ -352,9 +350,6 @@ impl State {
         {
             lf = lf.min(s - 1);
         }
-        if let Some((&f, _)) = self.inflight.first_key_value() {
-            lf = lf.min(f - 1);
-        }
         lf
     }
 }
@@ -369,8 +364,8 @@ struct Inner<A> {
     log: Option<(Log, u32)>,
     state: Mutex<State>,
     wake: Condvar,
-    /// Signalled when an own-log append leaves `State::unqueued`.
-    queued: Condvar,
+    /// Signalled when a burst leaves `State::undurable` or the engine fails.
+    durable: Condvar,
     commit_lock: Mutex<()>,
     /// The memory budget in force (starts as `cfg.memory_budget_bytes`).
     budget: AtomicUsize,
@@ -418,7 +413,7 @@ fn apply_op<A: BlockApp>(app: &A, block: u64, image: &mut [u8], op: Op, bytes: &
     }
 }
 
-fn geometry(cfg: &BoscConfig) -> Result<Geometry, Error> {
+pub(crate) fn geometry(cfg: &BoscConfig) -> Result<Geometry, Error> {
     if cfg.block_bytes < 512
         || !cfg.block_bytes.is_power_of_two()
         || cfg.max_run == 0
@@ -517,7 +512,7 @@ impl<A: BlockApp> Bosc<A> {
             log,
             state: Mutex::new(state),
             wake: Condvar::new(),
-            queued: Condvar::new(),
+            durable: Condvar::new(),
             commit_lock: Mutex::new(()),
             budget: AtomicUsize::new(cfg_budget),
             gate: RwLock::new(()),
@@ -555,11 +550,30 @@ impl<A: BlockApp> Bosc<A> {
     }
 
     /// Own-log mode: logs every change in order (the log group-commits them, typically one
-    /// device write for the whole batch), waits until all are durable, then queues them in
-    /// order. Returns their sequence numbers. On an error, the changes that became durable are
-    /// still queued (recovery would replay them) and the first error is returned.
+    /// device write for the whole batch) and queues them while the log writes, then waits
+    /// until all are durable. Returns their sequence numbers.
+    ///
+    /// A change is visible to queries from when it is queued, before it is durable (no commit
+    /// writes it to the data disk before it is durable, so a crash loses it whole). If the log
+    /// fails to make one durable, the engine fails: its queues may hold changes the log lost.
     pub fn modify_batch(&self, changes: Vec<Change>) -> Result<Vec<u64>, Error> {
-        self.inner.logged_many(changes)
+        self.inner.submit(changes)?.wait()
+    }
+
+    /// [`Self::modify_batch`] in two halves: the changes are logged and queued when this
+    /// returns, and durable once the answer is waited for (or dropped). `previous`, a
+    /// submission of the caller's not yet waited for, is waited for first: a caller never
+    /// holds two, because a forced commit here may wait for the durability of every
+    /// submission but its own.
+    pub(crate) fn submit_after(
+        &self,
+        previous: Option<Submitted<'_, A>>,
+        changes: Vec<Change>,
+    ) -> Result<Submitted<'_, A>, Error> {
+        if let Some(p) = previous {
+            p.wait()?;
+        }
+        self.inner.submit(changes)
     }
 
     /// Bulk load: writes whole payloads (`payloads` holds a multiple of
@@ -888,6 +902,59 @@ impl<A: BlockApp> BatchWriter<'_, A> {
     }
 }
 
+/// An own-log burst logged and queued ([`Inner::submit`]), not yet known durable. Waiting
+/// for it (or dropping it, which waits too) takes it out of `State::undurable`.
+#[must_use = "a submission's durability must be waited for"]
+pub(crate) struct Submitted<'a, A: BlockApp> {
+    inner: &'a Inner<A>,
+    /// The burst's first sequence number; `None` once waited for (or for no changes).
+    first: Option<u64>,
+    futures: Vec<mariner_log::AppendFuture>,
+}
+
+impl<A: BlockApp> Submitted<'_, A> {
+    /// Waits until every change is durable; returns their sequence numbers.
+    pub(crate) fn wait(mut self) -> Result<Vec<u64>, Error> {
+        self.finish()
+    }
+
+    fn finish(&mut self) -> Result<Vec<u64>, Error> {
+        let Some(first) = self.first.take() else {
+            return Ok(Vec::new());
+        };
+        let waited = Instant::now();
+        let n = self.futures.len() as u64;
+        let mut first_error = None;
+        for rx in self.futures.drain(..) {
+            let r = rx
+                .blocking_recv()
+                .map_err(|_| Error::Failed("the log shut down".into()))
+                .and_then(|r| r.map_err(Error::from));
+            if let Err(e) = r {
+                first_error.get_or_insert(e);
+            }
+        }
+        let inner = self.inner;
+        let ns = u64::try_from(waited.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        inner.stats.log_wait_ns.fetch_add(ns, Ordering::Relaxed);
+        // Queued but lost by the log: nothing may commit them, nor anything after them.
+        let failed = first_error.map(|e| inner.fail(e));
+        lock(&inner.state).undurable.remove(&first);
+        inner.durable.notify_all();
+        match failed {
+            Some(e) => Err(e),
+            None => Ok((first..first + n).collect()),
+        }
+    }
+}
+
+impl<A: BlockApp> Drop for Submitted<'_, A> {
+    fn drop(&mut self) {
+        // An error has failed the engine, which reports it to every later caller.
+        let _ = self.finish();
+    }
+}
+
 /// One block of a run as the commit cycle carries it.
 struct Staged {
     block: u64,
@@ -912,96 +979,75 @@ impl<A: BlockApp> Inner<A> {
             op,
             bytes: bytes.to_vec(),
         };
-        let seqs = self.logged_many(vec![change])?;
+        let seqs = self.submit(vec![change])?.wait()?;
         seqs.first()
             .copied()
             .ok_or_else(|| Error::Failed("log returned no sequence number".into()))
     }
 
-    fn logged_many(&self, changes: Vec<Change>) -> Result<Vec<u64>, Error> {
+    /// Hands `changes` to the log as one burst and queues them, in one critical section, so
+    /// each block's queue is in sequence order whoever appends; their durability is the
+    /// answer's to wait for. Forced commits happen here, before the append.
+    fn submit(&self, changes: Vec<Change>) -> Result<Submitted<'_, A>, Error> {
         let Some((log, volume)) = &self.log else {
             return Err(Error::WrongMode);
         };
         for c in &changes {
             self.check_block_no(c.block)?;
         }
+        let mut sub = Submitted {
+            inner: self,
+            first: None,
+            futures: Vec::new(),
+        };
         if changes.is_empty() {
-            return Ok(Vec::new());
+            return Ok(sub);
         }
         self.make_room()?;
-        let (floor, ticket, sent) = {
-            let mut st = lock(&self.state);
-            let floor = st.max_seen + 1;
-            *st.inflight.entry(floor).or_insert(0) += 1;
-            let gf = st.global_frontier();
-            let entries = changes
-                .iter()
-                .map(|c| {
-                    let lf = st.local_frontier(c.block);
-                    let payload = LoggedMod::encode(c.op, gf, lf, &c.bytes);
-                    Entry::write(*volume, c.block, Bytes::from(payload))
-                })
-                .collect();
-            // Handed to the log under the state lock, so ticket order is sequence order; as
-            // one burst, so the batch leaves in one device write.
-            let rxs = match log.append_many(entries) {
-                Ok(rxs) => rxs,
-                Err(e) => {
-                    Self::leave_inflight(&mut st, floor);
-                    return Err(e.into());
-                }
-            };
-            let ticket = st.next_ticket;
-            st.next_ticket += 1;
-            st.unqueued.insert(ticket);
-            (floor, ticket, changes.into_iter().zip(rxs))
-        };
-        let waited = Instant::now();
-        let done: Vec<_> = sent
-            .map(|(c, rx)| {
-                let r = rx
-                    .blocking_recv()
-                    .map_err(|_| Error::Failed("log".into()))
-                    .and_then(|r| r.map_err(Error::from));
-                (c, r)
+        let mut st = lock(&self.state);
+        let gf = st.global_frontier();
+        let entries = changes
+            .iter()
+            .map(|c| {
+                let lf = st.local_frontier(c.block);
+                let payload = LoggedMod::encode(c.op, gf, lf, &c.bytes);
+                Entry::write(*volume, c.block, Bytes::from(payload))
             })
             .collect();
-        let ns = u64::try_from(waited.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        self.stats.log_wait_ns.fetch_add(ns, Ordering::Relaxed);
-        let mut st = lock(&self.state);
-        let mut seqs = Vec::with_capacity(done.len());
-        let mut first_error = None;
-        // Bursts handed to the log earlier queue first; they wait for nothing later, so
-        // bursts never wait on each other in a cycle.
-        while st.unqueued.first().is_some_and(|&first| first < ticket) {
-            st = self.queued.wait(st).unwrap_or_else(PoisonError::into_inner);
+        let burst = log.append_many(entries)?;
+        let Some(first) = burst.first_seq else {
+            let why = log
+                .failure()
+                .unwrap_or_else(|| "the log is shut down".into());
+            return Err(Error::Failed(format!("the log took no record: {why}")));
+        };
+        let n = changes.len() as u64;
+        for (seq, c) in (first..).zip(changes) {
+            self.enqueue(&mut st, c.block, seq, c.op, c.bytes);
         }
-        st.unqueued.remove(&ticket);
-        for (c, r) in done {
-            match r {
-                Ok(appended) => {
-                    st.max_seen = st.max_seen.max(appended.seq);
-                    self.enqueue(&mut st, c.block, appended.seq, c.op, c.bytes);
-                    seqs.push(appended.seq);
-                }
-                Err(e) => {
-                    first_error.get_or_insert(e);
-                }
-            }
-        }
-        Self::leave_inflight(&mut st, floor);
-        drop(st);
-        self.queued.notify_all();
-        first_error.map_or(Ok(seqs), Err)
+        st.max_seen = st.max_seen.max(first + n - 1);
+        st.undurable.insert(first);
+        sub.first = Some(first);
+        sub.futures = burst.futures;
+        Ok(sub)
     }
 
-    /// An append that registered `floor` in `State::inflight` is queued or failed.
-    fn leave_inflight(st: &mut State, floor: u64) {
-        if let Some(n) = st.inflight.get_mut(&floor) {
-            *n -= 1;
-            if *n == 0 {
-                st.inflight.remove(&floor);
+    /// Waits until a commit may write modifications up to `seq` to the data disk.
+    fn wait_durable(&self, seq: u64) -> Result<(), Error> {
+        let mut st = lock(&self.state);
+        loop {
+            // Failed first: a burst the log lost leaves `undurable` after it fails the
+            // engine, so past the wait it would look durable.
+            if let Some(why) = &st.failed {
+                return Err(Error::Failed(why.clone()));
             }
+            if st.durable_through() >= seq {
+                return Ok(());
+            }
+            st = self
+                .durable
+                .wait(st)
+                .unwrap_or_else(PoisonError::into_inner);
         }
     }
 
@@ -1411,6 +1457,9 @@ impl<A: BlockApp> Inner<A> {
         if st.failed.is_none() {
             st.failed = Some(e.to_string());
         }
+        drop(st);
+        // A commit waiting for durability gives up.
+        self.durable.notify_all();
         e
     }
 
@@ -1629,8 +1678,11 @@ impl<A: BlockApp> Inner<A> {
 
     /// Double write: the batch's runs go to consecutive slots of the double-write area and are
     /// synced before any block is overwritten in place, so a torn in-place write is repaired at
-    /// open; then in place, and one more sync.
+    /// open; then in place, and one more sync. Not before everything merged into the batch is
+    /// durable in the log (write-ahead).
     fn write_batch(&self, batch: &Batch) -> Result<(), Error> {
+        let newest = batch.staged.iter().map(|s| s.upto).max().unwrap_or(0);
+        self.wait_durable(newest)?;
         let mut slot = 0;
         for (run, buf) in &batch.runs {
             self.disk.write_at(buf, self.geo.dw_offset(slot))?;

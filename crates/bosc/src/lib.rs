@@ -10,7 +10,11 @@
 //! - Durability ([`Durability`]): own-log mode logs each modification to a mariner-log before
 //!   acknowledging it (sequence number, back pointer and CRC32C from the log; global and local
 //!   frontiers in the payload, [`mod@format`]); caller-durable mode keeps only a checkpoint of the
-//!   caller's log position.
+//!   caller's log position. In own-log mode a modification is queued (and visible to queries)
+//!   as it is handed to the log, so a caller can prepare more while the log writes; the
+//!   write-ahead rule holds at the commit instead: no block is written in place before every
+//!   modification merged into it is durable, and a modification the log fails to make durable
+//!   fails the engine before it can reach the data disk (`tests/write_ahead.rs`).
 //! - [`btree`]: the B+tree on BOSC (§3.3), keyed for the CDP version index; [`hash`]: the
 //!   hash table on BOSC (§3.4.4) and the same table over plain read/write.
 //!

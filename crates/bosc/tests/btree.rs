@@ -288,6 +288,8 @@ fn bulk_load_then_batches_survive_crashes() {
                 (key(&mut rng), step)
             })
             .collect();
+        // Some batches are logged in parts: a part is queued before the next is prepared.
+        tree.set_log_parts(1 + round % 4);
         tree.insert_batch(&batch).unwrap();
         o.extend(batch);
         if round % 3 == 0 {
@@ -305,6 +307,48 @@ fn bulk_load_then_batches_survive_crashes() {
     assert!(
         s.splits_in_memory.load(Ordering::Relaxed) + s.splits_with_read.load(Ordering::Relaxed) > 0
     );
+}
+
+/// Batches logged in parts: the leaves a batch will split are read ahead before it starts,
+/// and a part handed to the log may carry puts to a leaf that a later part of the batch
+/// splits. The split must see them: the copies read ahead take each part in as it goes.
+#[test]
+fn batches_logged_in_parts_split_from_current_copies() {
+    // A budget that holds a few leaves: at a reopen, the leaves are on disk only.
+    let c = cfg(4096);
+    let mut disks = Disks::new::<LeafApp>(11, &c, 4 << 20, LOG_ID);
+    let key_of = |i: u64| Key::new((i / 200) as u32, (i % 200) * 4, 10);
+    let recs: Vec<_> = (0..600u64).map(|i| (key_of(i), i)).collect();
+    let mut o: BTreeMap<Key, u64> = recs.iter().copied().collect();
+    // 10 of 16 records a leaf; a leaf splits once it holds 12 and is in memory.
+    let mut tree = BPlusTree::bulk_load(open_engine(&disks, &c), None, 10, recs).unwrap();
+    let mut rng = Rng(0x9A27);
+    let (mut step, mut prefetched) = (1000, 0);
+    for round in 0..24u64 {
+        tree.set_log_parts(2 + round as usize % 3);
+        // Eight puts next to each of three loaded records, in random order.
+        let mut batch: Vec<(Key, u64)> = Vec::new();
+        for _ in 0..3 {
+            let near = key_of(rng.below(600));
+            for j in 0..8 {
+                step += 1;
+                batch.push((Key::new(near.volume, near.lba + 1, round * 10 + j), step));
+            }
+        }
+        for i in (1..batch.len()).rev() {
+            batch.swap(i, rng.below(i as u64 + 1) as usize);
+        }
+        tree.insert_batch(&batch).unwrap();
+        o.extend(batch);
+        check_all(&tree, &o);
+        // Reopened, every leaf is on disk only again: the next batch reads its leaves ahead.
+        prefetched += tree.stats().leaves_prefetched.load(Ordering::Relaxed);
+        drop(tree);
+        disks = disks.crash();
+        tree = disks.open(&c);
+        check_all(&tree, &o);
+    }
+    assert!(prefetched > 0, "leaves were read ahead for splits");
 }
 
 #[test]

@@ -138,6 +138,8 @@ pub struct Config {
     pub block_bytes: u32,
     /// Longest BOSC commit run, in blocks (32 in the seed).
     pub max_run: u32,
+    /// bosc-btree: parts each batch is handed to the log in (`BPlusTree::set_log_parts`).
+    pub log_parts: usize,
     /// Keep a model of every record and check every engine answer against it (tiny runs).
     pub verify: bool,
     /// Also close and reopen inside [`run`] (and check the model again when verifying).
@@ -160,6 +162,7 @@ impl Config {
             seed: 1,
             block_bytes: 4096,
             max_run: 32,
+            log_parts: 1,
             verify: false,
             reopen_in_run: false,
         }

@@ -48,6 +48,10 @@ struct Args {
     /// Longest BOSC commit run, in blocks (32 in the seed).
     #[arg(long, default_value_t = 32)]
     max_run: u32,
+    /// bosc-btree: parts each batch is handed to the log in, so preparing one part overlaps
+    /// the log write of the one before (each batch is still durable when its call returns).
+    #[arg(long, default_value_t = 1)]
+    log_parts: usize,
     /// Check every answer against an in-memory model (small runs only).
     #[arg(long)]
     verify: bool,
@@ -88,6 +92,7 @@ fn main() -> ExitCode {
         seed: args.seed,
         block_bytes: args.block_bytes,
         max_run: args.max_run,
+        log_parts: args.log_parts,
         verify: args.verify,
         ..Config::new(engine, args.dir)
     };

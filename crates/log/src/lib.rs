@@ -147,6 +147,16 @@ pub trait DurableSink: Send + Sync {
 /// The future an append resolves through.
 pub type AppendFuture = oneshot::Receiver<Result<Appended, LogError>>;
 
+/// Records appended together ([`Log::append_many`]).
+#[derive(Debug)]
+pub struct Burst {
+    /// The first record's sequence number; the others follow it, one apart, in order.
+    /// `None` when the log took none (it failed or was shut down; the futures say which).
+    pub first_seq: Option<u64>,
+    /// One per record, in order: resolves once the record is durable.
+    pub futures: Vec<AppendFuture>,
+}
+
 /// A handle on an open log. Cheap to clone.
 #[derive(Clone)]
 pub struct Log {
@@ -374,8 +384,9 @@ impl Log {
     /// durable. The placement policy sees them as one burst, so they leave in as few batches
     /// as the segments allow, where appends one by one would send the first alone to an idle
     /// device and the rest in the batches after it. Nothing is appended if any entry is
-    /// refused.
-    pub fn append_many(&self, entries: Vec<Entry>) -> Result<Vec<AppendFuture>, LogError> {
+    /// refused. The records take consecutive sequence numbers, known at once
+    /// ([`Burst::first_seq`]), so a caller can act on them while the write is in flight.
+    pub fn append_many(&self, entries: Vec<Entry>) -> Result<Burst, LogError> {
         self.admit(&entries)?;
         let (with_replies, futures): (Vec<_>, Vec<_>) = entries
             .into_iter()
@@ -384,8 +395,8 @@ impl Log {
                 ((e, reply), rx)
             })
             .unzip();
-        self.inner.shared.append_many(with_replies, Instant::now());
-        Ok(futures)
+        let first_seq = self.inner.shared.append_many(with_replies, Instant::now());
+        Ok(Burst { first_seq, futures })
     }
 
     /// Refuses the appends of `entries` if any is malformed or too large, or the log failed.

@@ -59,14 +59,20 @@ impl Shared {
         self.execute(&mut w, actions);
     }
 
-    /// Appends records that arrived together, as one burst.
-    pub(crate) fn append_many(&self, entries: Vec<(Entry, Reply)>, arrived: Instant) {
-        let Some(mut w) = self.lock() else { return };
+    /// Appends records that arrived together, as one burst; returns the first one's sequence
+    /// number (the rest follow it), or `None` if none was entered (the log failed or is shut).
+    pub(crate) fn append_many(
+        &self,
+        entries: Vec<(Entry, Reply)>,
+        arrived: Instant,
+    ) -> Option<u64> {
+        let mut w = self.lock()?;
         if w.shut {
-            return;
+            return None;
         }
-        let actions = w.append_many(entries, arrived);
+        let (actions, first) = w.append_many(entries, arrived);
         self.execute(&mut w, actions);
+        first
     }
 
     /// Consumers are durable up to `seq`.
@@ -518,7 +524,11 @@ impl Writer {
 
     /// Appends records that arrived together: the policy places them as one burst
     /// ([`Policy::submit_burst`]), so the first does not leave alone ahead of the rest.
-    fn append_many(&mut self, entries: Vec<(Entry, Reply)>, arrived: Instant) -> Vec<Action> {
+    fn append_many(
+        &mut self,
+        entries: Vec<(Entry, Reply)>,
+        arrived: Instant,
+    ) -> (Vec<Action>, Option<u64>) {
         // Not `filter_map(..).collect()`: collected in place, the pairs would land in the
         // entries' allocation and be moved again to shrink it (a realloc of the whole batch).
         let mut reqs = Vec::with_capacity(entries.len());
@@ -526,12 +536,12 @@ impl Writer {
         for (entry, reply) in entries {
             reqs.extend(self.enter(entry, None, reply, arrived, wall));
         }
-        if reqs.is_empty() {
-            return Vec::new();
-        }
+        let Some(&(first, _)) = reqs.first() else {
+            return (Vec::new(), None);
+        };
         let now = self.now();
         let submitted = self.core.submit_burst(&reqs, now);
-        self.submitted(submitted, &reqs)
+        (self.submitted(submitted, &reqs), Some(first))
     }
 
     /// Gives the record its sequence number, timestamp and header and keeps it pending;

@@ -143,13 +143,18 @@ fn records_appended_together_leave_together() {
     let entries = (0..50u64)
         .map(|i| Entry::write(1, i * 512, payload(i, 512)))
         .collect();
-    let acked: Vec<u64> = log
-        .append_many(entries)
-        .unwrap()
+    let burst = log.append_many(entries).unwrap();
+    let first = burst.first_seq.unwrap();
+    let acked: Vec<u64> = burst
+        .futures
         .into_iter()
         .map(|rx| rx.blocking_recv().unwrap().unwrap().seq)
         .collect();
     assert_eq!(acked, (1..=50).collect::<Vec<_>>());
+    assert_eq!(
+        first, 1,
+        "the burst's sequence numbers are known when it is handed over"
+    );
     let batches = log
         .stats()
         .batches

@@ -166,6 +166,7 @@ pub struct BoscBtree {
     tree: Option<BPlusTree>,
     budget: usize,
     fill: usize,
+    log_parts: usize,
 }
 
 impl BoscBtree {
@@ -192,6 +193,7 @@ impl BoscBtree {
             tree: None,
             budget,
             fill,
+            log_parts: cfg.log_parts,
         })
     }
 
@@ -213,7 +215,9 @@ impl BoscBtree {
 impl Engine for BoscBtree {
     fn load(&mut self, w: &Workload) -> Result<(), BenchError> {
         let (bosc, _) = self.files.open(LeafApp)?;
-        self.tree = Some(BPlusTree::bulk_load(bosc, None, self.fill, w.preloaded())?);
+        let tree = BPlusTree::bulk_load(bosc, None, self.fill, w.preloaded())?;
+        tree.set_log_parts(self.log_parts);
+        self.tree = Some(tree);
         self.rebudget()
     }
 
@@ -238,7 +242,9 @@ impl Engine for BoscBtree {
         let engine_peak = crate::report::peak_rss_bytes();
         let queue_bytes = bosc.memory_bytes();
         let scan = Instant::now();
-        self.tree = Some(BPlusTree::open(bosc, None)?);
+        let tree = BPlusTree::open(bosc, None)?;
+        tree.set_log_parts(self.log_parts);
+        self.tree = Some(tree);
         let mut notes = open_notes(&report);
         notes.insert("tree_scan_s".into(), json!(scan.elapsed().as_secs_f64()));
         // Where a reopen's memory goes: the engine's recovery, then the scan of the leaves.
