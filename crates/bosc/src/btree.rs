@@ -142,6 +142,23 @@ impl LeafView<'_> {
         }
         Err(lo)
     }
+    /// What makes a block with the leaf magic no leaf the tree could have written: more
+    /// records than fit, records out of order, or below the fence. The tree's record counts
+    /// and searches rely on neither happening.
+    fn malformed(&self, capacity: usize) -> Option<String> {
+        let n = self.count();
+        if n > capacity {
+            return Some(format!(
+                "a leaf of {n} records, more than the {capacity} it holds"
+            ));
+        }
+        if n > 0 && self.key(0) < self.fence() {
+            return Some("a leaf record below its fence".into());
+        }
+        (1..n)
+            .any(|i| self.key(i - 1) >= self.key(i))
+            .then(|| "leaf records out of order".into())
+    }
     /// Records with keys in `[from, to)`.
     fn records(&self, from: Key, to: Option<Key>) -> Vec<(Key, u64)> {
         let start = self.search(&from).unwrap_or_else(|i| i);
@@ -578,6 +595,9 @@ impl BPlusTree {
         bosc.scan(0, bosc.block_count(), |block, p| {
             let v = LeafView(p);
             if v.is_leaf() {
+                if let Some(why) = v.malformed(capacity) {
+                    return Err(Error::Index(format!("block {block}: {why}")));
+                }
                 if next_free < block {
                     free.push((next_free, block));
                 }

@@ -34,6 +34,7 @@
 
 pub mod btree;
 pub mod format;
+pub mod fuzzing;
 pub mod hash;
 pub mod runs;
 
