@@ -14,7 +14,8 @@
 #
 # Usage: bench/index-compare.sh            (environment overrides below; ~20 min on 2 cores)
 #   BUDGET_MIB=32 SLACK_MIB=64 PRELOAD=12000000 OPS=1000000000 WINDOW=60 SYNC_EVERY=1000
-#   QUERIES=2000 RANGE_LEN=100 SEED=1 MAX_RUN=64 ENGINES="bosc-btree redb fjall bosc-hash plain-hash"
+#   QUERIES=2000 RANGE_LEN=100 SEED=1 RUN_KIB=256 BLOCK_BYTES=4096 BTREE_BLOCK_BYTES=8192
+#   LOG_PARTS=1 ENGINES="bosc-btree redb fjall bosc-hash plain-hash"
 #   SCRATCH=/var/tmp/mariner-index-bench IN_MEMCG=<checkout>/../shared/tools/in-memcg
 #   LIMIT_MIB_fjall=256 (per-engine cgroup limit, '-' as '_': for an engine that cannot run at
 #   BUDGET + SLACK at all; the table marks it)
@@ -38,8 +39,15 @@ SYNC_EVERY=${SYNC_EVERY:-1000}
 QUERIES=${QUERIES:-2000}
 RANGE_LEN=${RANGE_LEN:-100}
 SEED=${SEED:-1}
-# BOSC's commit run: 64 x 4 KiB = 256 KiB, the seed's I/O unit of the hash table experiment.
-MAX_RUN=${MAX_RUN:-64}
+# BOSC's longest commit run: 256 KiB, the seed's I/O unit of the hash table experiment.
+RUN_KIB=${RUN_KIB:-256}
+# Pages of the hash tables (BOSC's and the plain one), and leaves of the B+tree on BOSC: a
+# leaf of 8 KiB holds twice the records, so the tree's in-memory internal nodes (which share
+# the budget with the queues) are half as large (the seed's leaves were 64 KB, §3.4.1).
+BLOCK_BYTES=${BLOCK_BYTES:-4096}
+BTREE_BLOCK_BYTES=${BTREE_BLOCK_BYTES:-8192}
+# Parts each B+tree batch is logged in (BPlusTree::set_log_parts); 1 = one log write a batch.
+LOG_PARTS=${LOG_PARTS:-1}
 ENGINES=${ENGINES:-"bosc-btree redb fjall bosc-hash plain-hash"}
 SCRATCH=${SCRATCH:-/var/tmp/mariner-index-bench}
 REOPEN_LIMIT=${REOPEN_LIMIT:-1G}
@@ -62,7 +70,8 @@ BIN=$ROOT/target/release/mariner-index-bench
 OUT=$ROOT/target/index-bench/$(date +%Y%m%d-%H%M%S)
 mkdir -p "$OUT"
 echo "budget ${BUDGET_MIB} MiB, cgroup limit ${LIMIT_MIB} MiB, preload $PRELOAD, window ${WINDOW}s (ops <= $OPS)," \
-     "durable every $SYNC_EVERY, $QUERIES queries, BOSC run $MAX_RUN blocks, scratch $SCRATCH ($fstype)," \
+     "durable every $SYNC_EVERY, $QUERIES queries, BOSC run $RUN_KIB KiB, blocks $BLOCK_BYTES B (B+tree $BTREE_BLOCK_BYTES B," \
+     "$LOG_PARTS log parts), scratch $SCRATCH ($fstype)," \
      "load $(cut -d' ' -f1-3 /proc/loadavg)" |
   tee "$OUT/params.txt"
 
@@ -74,9 +83,12 @@ for e in $ENGINES; do
   rm -rf "$dir"; mkdir -p "$dir"
   ops=$OPS
   case $e in *hash) [ "$ops" -le $HASH_MAX_OPS ] || ops=$HASH_MAX_OPS ;; esac
+  block=$BLOCK_BYTES; extra=()
+  [ "$e" = bosc-btree ] && { block=$BTREE_BLOCK_BYTES; extra=(--log-parts "$LOG_PARTS"); }
+  max_run=$((RUN_KIB * 1024 / block)); [ $max_run -ge 1 ] || max_run=1
   args=(--engine "$e" --dir "$dir" --budget "${BUDGET_MIB}MiB" --preload-entries "$PRELOAD"
         --ops "$ops" --window-secs "$WINDOW" --sync-every "$SYNC_EVERY" --queries "$QUERIES"
-        --range-len "$RANGE_LEN" --seed "$SEED" --max-run "$MAX_RUN")
+        --range-len "$RANGE_LEN" --seed "$SEED" --block-bytes "$block" --max-run "$max_run" "${extra[@]}")
   echo "+ $IN_MEMCG ${limit}M $BIN ${args[*]}" | tee -a "$OUT/commands.txt"
   rc=0
   "$IN_MEMCG" "${limit}M" "$BIN" "${args[@]}" >"$OUT/$e.json" 2>"$OUT/$e.err" || rc=$?
