@@ -761,7 +761,7 @@ impl BPlusTree {
         let hot_at = hot_at(self.capacity);
         let chunk = self.chunk_len(records.len());
         let mut in_flight = None;
-        for (&(key, value), &route) in records.iter().zip(&routes) {
+        for (i, (&(key, value), &route)) in records.iter().zip(&routes).enumerate() {
             let route = (!staged.split.contains(&route)).then_some(route);
             let (fence, block) = self.prepare(&mut r, key, route, &mut staged)?;
             staged.push(Change::modify(block, encode_mod(TAG_PUT, key, value)));
@@ -771,7 +771,10 @@ impl BPlusTree {
                     ahead.push(block);
                 }
             }
-            if staged.changes.len() >= chunk {
+            // Counted in records, not changes: splits add changes, and a batch of one part
+            // must stay one log write.
+            let done = i + 1;
+            if done % chunk == 0 && done < records.len() {
                 in_flight = Some(self.send(&mut r, &mut staged, in_flight)?);
             }
         }

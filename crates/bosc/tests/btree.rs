@@ -324,8 +324,10 @@ fn batches_logged_in_parts_split_from_current_copies() {
     let mut tree = BPlusTree::bulk_load(open_engine(&disks, &c), None, 10, recs).unwrap();
     let mut rng = Rng(0x9A27);
     let (mut step, mut prefetched) = (1000, 0);
+    let (mut split_in_one, mut logged_in_parts) = (false, false);
     for round in 0..24u64 {
-        tree.set_log_parts(2 + round as usize % 3);
+        let parts = 1 + round % 4;
+        tree.set_log_parts(parts as usize);
         // Eight puts next to each of three loaded records, in random order.
         let mut batch: Vec<(Key, u64)> = Vec::new();
         for _ in 0..3 {
@@ -338,7 +340,19 @@ fn batches_logged_in_parts_split_from_current_copies() {
         for i in (1..batch.len()).rev() {
             batch.swap(i, rng.below(i as u64 + 1) as usize);
         }
+        let writes = |t: &BPlusTree| {
+            t.bosc()
+                .log_stats()
+                .unwrap()
+                .batches
+                .load(Ordering::Relaxed)
+        };
+        let (before, splits_before) = (writes(&tree), tree.leaf_count());
         tree.insert_batch(&batch).unwrap();
+        // One log write a part, whatever the splits add to the batch.
+        assert_eq!(writes(&tree) - before, parts, "round {round}");
+        split_in_one |= parts == 1 && tree.leaf_count() > splits_before;
+        logged_in_parts |= parts > 1;
         o.extend(batch);
         check_all(&tree, &o);
         // Reopened, every leaf is on disk only again: the next batch reads its leaves ahead.
@@ -349,6 +363,7 @@ fn batches_logged_in_parts_split_from_current_copies() {
         check_all(&tree, &o);
     }
     assert!(prefetched > 0, "leaves were read ahead for splits");
+    assert!(split_in_one && logged_in_parts);
 }
 
 #[test]
