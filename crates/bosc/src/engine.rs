@@ -413,7 +413,7 @@ fn apply_op<A: BlockApp>(app: &A, block: u64, image: &mut [u8], op: Op, bytes: &
     }
 }
 
-pub(crate) fn geometry(cfg: &BoscConfig) -> Result<Geometry, Error> {
+fn geometry(cfg: &BoscConfig) -> Result<Geometry, Error> {
     if cfg.block_bytes < 512
         || !cfg.block_bytes.is_power_of_two()
         || cfg.max_run == 0

@@ -49,22 +49,9 @@ pub fn fuzz_btree(data: &[u8]) {
         background: None,
         ..BoscConfig::default()
     };
-    let Ok(geometry) = crate::engine::geometry(&cfg) else {
-        return;
-    };
-    let disk_id = DiskId(0xD15C);
     let disk: Arc<dyn Disk> = Arc::new(MemDisk::new(0));
-    if Bosc::<LeafApp>::format_with_id(disk.as_ref(), &cfg, disk_id).is_err() {
+    if Bosc::<LeafApp>::format_with_id(disk.as_ref(), &cfg, DiskId(0xD15C)).is_err() {
         return;
-    }
-    let payload = BLOCK - BLOCK_HEADER_LEN;
-    for (block, chunk) in (0..BLOCKS).zip(data.chunks(payload)) {
-        let mut image = vec![0u8; BLOCK];
-        image[BLOCK_HEADER_LEN..BLOCK_HEADER_LEN + chunk.len()].copy_from_slice(chunk);
-        seal_block(&mut image, disk_id, 0, block);
-        if disk.write_at(&image, geometry.block_offset(block)).is_err() {
-            return;
-        }
     }
     let log_disk: Arc<dyn Disk> = Arc::new(MemDisk::new(1 << 20));
     let log_cfg = LogConfig {
@@ -84,6 +71,13 @@ pub fn fuzz_btree(data: &[u8]) {
     let Ok((bosc, _)) = Bosc::open(disk, cfg, durability, Arc::new(LeafApp)) else {
         return;
     };
+    // The payloads sealed as BOSC seals blocks, by the bulk load (zero-padded to whole blocks).
+    let payload = BLOCK - BLOCK_HEADER_LEN;
+    let mut payloads = data[..data.len().min(payload * BLOCKS as usize)].to_vec();
+    payloads.resize(payloads.len().next_multiple_of(payload), 0);
+    if bosc.load(0, &payloads).is_err() {
+        return;
+    }
     let Ok(tree) = BPlusTree::open(bosc, None) else {
         return;
     };
