@@ -790,6 +790,8 @@ impl BPlusTree {
                 self.stats.leaves_read_ahead.fetch_add(1, Ordering::Relaxed);
             }
         }
+        // No split of this batch is left to read the copies: the last part need not update them.
+        staged.prefetched.clear();
         let last = self.send(&mut r, &mut staged, in_flight)?;
         last.wait().map(drop).inspect_err(|e| {
             r.failed = Some(format!("a batch failed: {e}"));
