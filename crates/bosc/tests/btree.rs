@@ -11,9 +11,9 @@ use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use faulty::{engine_cfg, log_cfg, Disks, Rng};
+use faulty::{engine_cfg, Disks, Rng};
 use mariner_bosc::btree::{leaf_payload, BPlusTree, Key, LeafApp};
-use mariner_bosc::{Bosc, BoscConfig, Durability};
+use mariner_bosc::{Bosc, BoscConfig};
 
 const BLOCKS: u64 = 192;
 const LOG_ID: u128 = 0xB7EE;
@@ -29,19 +29,7 @@ impl Disks {
 
     /// Also how many whole-block writes recovery found on the data disk already.
     fn open_reporting(&self, c: &BoscConfig) -> (BPlusTree, u64) {
-        let durability = Durability::OwnLog {
-            devices: vec![Arc::clone(&self.log_disk)],
-            log: log_cfg(),
-            log_id: LOG_ID,
-            volume: 9,
-        };
-        let (bosc, report) = Bosc::open(
-            Arc::clone(&self.data_disk),
-            c.clone(),
-            durability,
-            Arc::new(LeafApp),
-        )
-        .expect("open");
+        let (bosc, report) = self.open_own_log(Arc::clone(&self.log_disk), c, LeafApp, LOG_ID, 9);
         (
             BPlusTree::open(bosc, None).expect("tree"),
             report.images_dropped,
@@ -241,20 +229,9 @@ fn half_done_split_is_repaired_at_open() {
 }
 
 fn open_engine(disks: &Disks, c: &BoscConfig) -> Bosc<LeafApp> {
-    let durability = Durability::OwnLog {
-        devices: vec![Arc::clone(&disks.log_disk)],
-        log: log_cfg(),
-        log_id: LOG_ID,
-        volume: 9,
-    };
-    let (bosc, _) = Bosc::open(
-        Arc::clone(&disks.data_disk),
-        c.clone(),
-        durability,
-        Arc::new(LeafApp),
-    )
-    .unwrap();
-    bosc
+    disks
+        .open_own_log(Arc::clone(&disks.log_disk), c, LeafApp, LOG_ID, 9)
+        .0
 }
 
 /// A sorted bulk load, then batches of inserts (several per leaf, splits of leaves the batch

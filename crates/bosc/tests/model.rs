@@ -9,8 +9,8 @@ mod faulty;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use faulty::{engine_cfg, log_cfg, Disks, Rng};
-use mariner_bosc::{BlockApp, Bosc, BoscConfig, Durability};
+use faulty::{engine_cfg, Disks, Rng};
+use mariner_bosc::{BlockApp, Bosc, BoscConfig};
 
 /// Payload = an array of u64 slots; a modification sets one slot: (slot u16, value u64).
 struct Slots;
@@ -45,19 +45,7 @@ impl Disks {
     }
 
     fn open_report(&self, c: &BoscConfig) -> (Bosc<Slots>, mariner_bosc::OpenReport) {
-        let durability = Durability::OwnLog {
-            devices: vec![Arc::clone(&self.log_disk)],
-            log: log_cfg(),
-            log_id: LOG_ID,
-            volume: 7,
-        };
-        Bosc::open(
-            Arc::clone(&self.data_disk),
-            c.clone(),
-            durability,
-            Arc::new(Slots),
-        )
-        .expect("open")
+        self.open_own_log(Arc::clone(&self.log_disk), c, Slots, LOG_ID, 7)
     }
 }
 

@@ -12,8 +12,8 @@ use std::io;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use faulty::{engine_cfg, log_cfg, Disks};
-use mariner_bosc::{BlockApp, Bosc, BoscConfig, Change, Durability};
+use faulty::{engine_cfg, Disks};
+use mariner_bosc::{BlockApp, Bosc, BoscConfig, Change};
 use mariner_disk::Disk;
 
 const LOG_ID: u128 = 0xA4EAD;
@@ -106,20 +106,7 @@ impl Drop for Release<'_> {
 }
 
 fn open(disks: &Disks, log: Arc<dyn Disk>, c: &BoscConfig) -> Bosc<Add> {
-    let durability = Durability::OwnLog {
-        devices: vec![log],
-        log: log_cfg(),
-        log_id: LOG_ID,
-        volume: 3,
-    };
-    Bosc::open(
-        Arc::clone(&disks.data_disk),
-        c.clone(),
-        durability,
-        Arc::new(Add),
-    )
-    .expect("open")
-    .0
+    disks.open_own_log(log, c, Add, LOG_ID, 3).0
 }
 
 fn wait_until(what: &str, mut f: impl FnMut() -> bool) {

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use mariner_bosc::{BlockApp, Bosc, BoscConfig};
+use mariner_bosc::{BlockApp, Bosc, BoscConfig, Durability, OpenReport};
 use mariner_disk::{CrashMode, Disk, Faults, FaultyDisk};
 use mariner_log::{Log, LogConfig};
 
@@ -70,6 +70,31 @@ impl Disks {
         Bosc::<A>::format(d.data_disk.as_ref(), c).unwrap();
         Log::format(&[Arc::clone(&d.log_disk)], &log_cfg(), log_id).unwrap();
         d
+    }
+
+    /// Opens (recovers) an engine of `app` on the data disk, in own-log mode on `log` (the
+    /// log disk, or a wrapper of it) formatted as `log_id`, logging as `volume`.
+    pub fn open_own_log<A: BlockApp>(
+        &self,
+        log: Arc<dyn Disk>,
+        c: &BoscConfig,
+        app: A,
+        log_id: u128,
+        volume: u32,
+    ) -> (Bosc<A>, OpenReport) {
+        let durability = Durability::OwnLog {
+            devices: vec![log],
+            log: log_cfg(),
+            log_id,
+            volume,
+        };
+        Bosc::open(
+            Arc::clone(&self.data_disk),
+            c.clone(),
+            durability,
+            Arc::new(app),
+        )
+        .expect("open")
     }
 
     /// Both disks crash at once: unsynced writes are lost, reordered or torn.
