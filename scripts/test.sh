@@ -2,7 +2,8 @@
 # The whole test suite, from a fresh machine: installs what it needs (Debian packages, cargo
 # tools), checks formatting and lints, runs every test (unit, property, golden, end-to-end with
 # real clients, crash, memory, recovery), runs libiscsi's iSCSI conformance suite against the
-# binary (scripts/iscsi-conformance.sh, fails on a regression), replays and briefly runs every fuzz target.
+# binary (scripts/iscsi-conformance.sh, fails on a regression), runs the README's first command
+# from a fresh clone (scripts/readme-check.sh), replays and briefly runs every fuzz target.
 # Prints how long each stage took. Usage: scripts/test.sh [--quick]   (--quick: no fuzzing)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -56,6 +57,9 @@ cargo test --workspace --release --no-run
 
 stage "tests"
 cargo test --workspace --release
+
+stage "README's first command from a fresh clone"
+scripts/readme-check.sh
 
 stage "iSCSI conformance (libiscsi)"
 MARINER_BIN=target/release/mariner scripts/iscsi-conformance.sh
