@@ -5,17 +5,20 @@
 # qemu-io over NBD, iscsi-inq over iSCSI), then stopped with Ctrl-C (SIGINT), which must exit 0.
 #
 # The clone builds into this checkout's target directory (CARGO_TARGET_DIR) so dependencies
-# are not compiled twice; the command itself is the README's, unchanged, run in the clone.
+# are not compiled twice, and lives at a fixed place under it (target/readme-clone) so a second
+# run rebuilds only what changed; the command itself is the README's, unchanged, run in the clone.
 # Needs the README's default ports 10809 and 3260 free on 127.0.0.1. Bounded: the build is
 # timed by cargo, the start-up wait by a 120 s limit.
 # Usage: scripts/readme-check.sh
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
-scratch=$(mktemp -d)
+scratch="$repo/target/readme-clone"
+rm -rf "$scratch"
+mkdir -p "$scratch"
 server=""
 cleanup() {
-  if [ -n "$server" ] && kill -0 "$server" 2>/dev/null; then kill -9 "$server" 2>/dev/null || true; fi
-  rm -rf "$scratch"
+  if [ -n "$server" ] && kill -0 "$server" 2>/dev/null; then kill -9 -- "-$server" 2>/dev/null || true; fi
+  rm -rf "$scratch/mariner/mariner-data"
 }
 trap cleanup EXIT
 fail() { echo "readme-check: $*" >&2; [ -f "$scratch/serve.log" ] && tail -20 "$scratch/serve.log" >&2; exit 1; }

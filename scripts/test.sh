@@ -37,7 +37,10 @@ extra_ver=$(dpkg-query -W -f='${Version}' qemu-block-extra 2>/dev/null || true)
 need_extra=0; [ "$qemu_ver" != "$extra_ver" ] && need_extra=1
 if [ ${#need_pkgs[@]} -gt 0 ] || [ $need_extra -eq 1 ]; then
   if [[ "$qemu_ver" == *bpo12* ]] && ! grep -rqs bookworm-backports /etc/apt/sources.list /etc/apt/sources.list.d/; then
-    echo "deb http://deb.debian.org/debian bookworm-backports main" | $SUDO tee /etc/apt/sources.list.d/bookworm-backports.list >/dev/null
+    # Backports from the archive the machine already uses for bookworm (its configured source).
+    archive=$(apt-get indextargets --format '$(REPO_URI) $(RELEASE)' | awk '$2 == "bookworm" {print $1; exit}')
+    [ -n "$archive" ] || { echo "no configured source for bookworm to take backports from" >&2; exit 1; }
+    echo "deb $archive bookworm-backports main" | $SUDO tee /etc/apt/sources.list.d/bookworm-backports.list >/dev/null
   fi
   $SUDO apt-get update -qq
   [ ${#need_pkgs[@]} -gt 0 ] && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_pkgs[@]}"
