@@ -727,14 +727,22 @@ fn out_of_range_and_unknown_requests_get_errors_and_partial_blocks_work() {
     want[256..768].fill(0xEE);
     want[1000..1700].fill(0xEE);
     assert_eq!(c.read(base + 1, 4095), &want[1..], "READ at an odd offset");
-    assert_eq!(c.read(base + 250, 100), &want[250..350], "READ of 100 bytes");
+    assert_eq!(
+        c.read(base + 250, 100),
+        &want[250..350],
+        "READ of 100 bytes"
+    );
     c.request(CMD_WRITE_ZEROES, 3, base + 300, 10, &[]);
     assert_eq!(c.reply_to(3), 0, "WRITE_ZEROES of 10 bytes");
     want[300..310].fill(0);
     c.request(CMD_TRIM, 4, base + 100, 1500, &[]);
     assert_eq!(c.reply_to(4), 0, "TRIM at offset 100");
     want[100..1600].fill(0);
-    assert_eq!(c.read(base, 4096), want, "after the partial zeroing and trim");
+    assert_eq!(
+        c.read(base, 4096),
+        want,
+        "after the partial zeroing and trim"
+    );
     c.request(CMD_WRITE_ZEROES, 5, base, 4096, &[]);
     assert_eq!(c.reply_to(5), 0, "WRITE_ZEROES of the page");
     // Unknown commands and flags.

@@ -343,10 +343,10 @@ impl Volume {
         if !m.aligned(offset, data.len() as u64) {
             return Err(ExportError::Invalid);
         }
-        let max = self.log.max_payload() as usize;
-        // Each request is one record (atomic) when it fits; larger ones are split. An empty
-        // write has nothing to make durable.
-        for at in (0..data.len()).step_by(max.max(1)) {
+        // Each request is one record (atomic) when it fits; larger ones are split at block
+        // boundaries. An empty write has nothing to make durable.
+        let max = (u64::from(self.log.max_payload()) / m.block * m.block).max(m.block) as usize;
+        for at in (0..data.len()).step_by(max) {
             let part = data.slice(at..data.len().min(at + max));
             self.append(Entry::write(m.id, offset + at as u64, part))
                 .await?;

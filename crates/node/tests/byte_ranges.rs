@@ -15,7 +15,7 @@ use mariner_node::volume::Volume;
 use mariner_node::{Config, Node};
 use mariner_scsi::BlockBackend;
 
-const VOLUME_BYTES: u64 = 1 << 20;
+const VOLUME_BYTES: u64 = 4 << 20;
 const BLOCK: u64 = 512;
 
 fn open(dir: &Path) -> (Arc<Node>, Arc<Volume>) {
@@ -115,6 +115,10 @@ async fn partial_block_reads_and_writes_match_a_model_and_survive_a_reopen() {
         (1001, 256),                         // over earlier partial writes
         ((1 << 19) + 40_000, 3 * 4096 + 17), // inside the large earlier one
     ];
+    // The largest write the front ends advertise, misaligned: its covering blocks outgrow the
+    // log's largest record and go as two, split at a block boundary.
+    let largest = vol.max_io_bytes() as usize;
+    let writes = [writes, &[((2 << 20) + 3, largest)]].concat();
     for (i, &(offset, len)) in writes.iter().enumerate() {
         write(&vol, &mut model, offset, pattern(i as u64 + 1, len)).await;
         for (o, l) in [
