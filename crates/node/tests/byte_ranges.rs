@@ -19,8 +19,10 @@ const VOLUME_BYTES: u64 = 4 << 20;
 const BLOCK: u64 = 512;
 
 fn open(dir: &Path) -> (Arc<Node>, Arc<Volume>) {
-    let mut cfg = Config::default();
-    cfg.data = dir.join("data");
+    let mut cfg = Config {
+        data: dir.join("data"),
+        ..Config::default()
+    };
     cfg.log.file_size = ByteSize::mib(16);
     cfg.volume.default_size = ByteSize::b(VOLUME_BYTES);
     let node = Node::open(cfg).unwrap();
