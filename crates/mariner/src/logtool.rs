@@ -26,18 +26,12 @@ fn device_paths(a: &LogArgs) -> Result<Vec<PathBuf>, String> {
     if !a.devices.is_empty() {
         return Ok(a.devices.clone());
     }
-    let p = a.data.join("mariner.json");
-    let text = std::fs::read(&p).map_err(|e| format!("{}: {e}", p.display()))?;
-    let v: serde_json::Value =
-        serde_json::from_slice(&text).map_err(|e| format!("{}: {e}", p.display()))?;
-    let devs = v
-        .get("log_devices")
-        .and_then(|d| d.as_array())
-        .ok_or_else(|| format!("{}: no log_devices", p.display()))?;
-    Ok(devs
-        .iter()
-        .filter_map(|d| d.as_str().map(PathBuf::from))
-        .collect())
+    // As the server finds them: relative to the data directory (format 1: looked for there,
+    // then against the working directory).
+    let state = mariner_node::datadir::read_state(&a.data)
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| format!("{}: no mariner.json", a.data.display()))?;
+    mariner_node::logdevices::resolve(&a.data, &state).map_err(|e| e.to_string())
 }
 
 fn scan_all(a: &LogArgs) -> Result<Vec<(PathBuf, Superblock, Vec<SegmentScan>)>, String> {

@@ -270,9 +270,13 @@ fn serve(a: ServeArgs) -> Result<ExitCode, String> {
         .enable_all()
         .build()
         .map_err(|e| e.to_string())?;
+    // Ports first: one in use is reported before the data directory is created or opened.
+    let listeners = rt
+        .block_on(mariner_node::serve::bind(&cfg))
+        .map_err(|e| e.to_string())?;
     let node = Node::open(cfg).map_err(|e| e.to_string())?;
     let (_stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    rt.block_on(mariner_node::serve::run(node, stop_rx))
+    rt.block_on(mariner_node::serve::run(node, listeners, stop_rx))
         .map_err(|e| e.to_string())?;
     Ok(ExitCode::SUCCESS)
 }

@@ -557,14 +557,22 @@ fn admin_socket_is_private_and_removed_on_sigterm() {
 }
 
 /// Runs `mariner serve --data <data> <args>` expecting it to exit within 20 s; returns the
-/// output. A server that keeps running fails the test.
+/// output. A server that keeps running fails the test. iSCSI takes a free port unless `args`
+/// say otherwise: the ports are bound before the data directory is looked at, and tests in
+/// parallel must not contend for 3260.
 fn serve_expect_exit(data: &Path, args: &[&str]) -> Output {
     let errfile = data.with_extension(format!("fail-{}.log", std::process::id()));
     let err = std::fs::File::create(&errfile).unwrap();
+    let iscsi: &[&str] = if args.contains(&"--iscsi-listen") {
+        &[]
+    } else {
+        &["--iscsi-listen", "127.0.0.1:0"]
+    };
     let mut child = Command::new(mariner_bin())
         .arg("serve")
         .arg("--data")
         .arg(data)
+        .args(iscsi)
         .args(args)
         .stdout(Stdio::null())
         .stderr(err)

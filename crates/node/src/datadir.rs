@@ -19,7 +19,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::NodeError;
 
-pub const FORMAT_VERSION: u32 = 1;
+/// Format 2 records paths inside the data directory relative to it; format 1 (still read, and
+/// rewritten as 2 once its log is found) recorded them relative to the working directory at
+/// creation. See docs/FORMATS.md.
+pub const FORMAT_VERSION: u32 = 2;
 
 /// `mariner.json`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -27,7 +30,8 @@ pub struct NodeState {
     pub format_version: u32,
     /// The log's identity, as a hex string (it is a u128).
     pub log_id: String,
-    /// Log devices as formatted, in order.
+    /// Log devices as formatted, in order: relative to the data directory, or absolute
+    /// (format 1: as given, relative to the working directory at creation).
     pub log_devices: Vec<PathBuf>,
     pub next_volume_id: u32,
     pub created_ns: u64,
@@ -107,25 +111,24 @@ impl DataDir {
     /// The identity file, or `None` for a directory that was never initialised. A directory
     /// holding anything but our own lock and socket without it is refused: it is not ours.
     pub fn load_state(&self) -> Result<Option<NodeState>, NodeError> {
-        let p = self.state_path();
-        match fs::read(&p) {
-            Ok(b) => {
-                let s: NodeState = serde_json::from_slice(&b)
-                    .map_err(|e| NodeError::Corrupt(format!("{}: {e}", p.display())))?;
-                if s.format_version != FORMAT_VERSION {
-                    return Err(NodeError::Corrupt(format!(
-                        "{}: format version {} (this build reads {FORMAT_VERSION})",
-                        p.display(),
-                        s.format_version
-                    )));
-                }
-                Ok(Some(s))
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                self.refuse_foreign()?;
-                Ok(None)
-            }
-            Err(e) => Err(io_at(&p, e)),
+        let state = read_state(&self.root)?;
+        if state.is_none() {
+            self.refuse_foreign()?;
+        }
+        Ok(state)
+    }
+
+    /// Fails if another server holds `root`'s lock, creating nothing: lets a second server
+    /// say so before it tries the ports the first one holds.
+    pub fn check_unlocked(root: &Path) -> Result<(), NodeError> {
+        let lock_path = root.join("lock");
+        let lock = match File::open(&lock_path) {
+            Ok(f) => f,
+            Err(_) => return Ok(()), // no lock file, or none we can open: the real open decides
+        };
+        match lock.try_lock() {
+            Err(fs::TryLockError::WouldBlock) => Err(NodeError::Locked(root.to_path_buf())),
+            _ => Ok(()),
         }
     }
 
@@ -200,6 +203,26 @@ impl DataDir {
             serde_json::to_vec_pretty(ports).map_err(|e| NodeError::Corrupt(e.to_string()))?;
         write_atomic(&self.path("ports.json"), &bytes)
     }
+}
+
+/// `<root>/mariner.json` (format 1 or 2), read without the lock; `None` if there is none.
+pub fn read_state(root: &Path) -> Result<Option<NodeState>, NodeError> {
+    let p = root.join("mariner.json");
+    let b = match fs::read(&p) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io_at(&p, e)),
+    };
+    let s: NodeState = serde_json::from_slice(&b)
+        .map_err(|e| NodeError::Corrupt(format!("{}: {e}", p.display())))?;
+    if !(1..=FORMAT_VERSION).contains(&s.format_version) {
+        return Err(NodeError::Corrupt(format!(
+            "{}: format version {} (this build reads 1 to {FORMAT_VERSION})",
+            p.display(),
+            s.format_version
+        )));
+    }
+    Ok(Some(s))
 }
 
 fn io_at(p: &Path, e: std::io::Error) -> NodeError {

@@ -9,7 +9,10 @@
 pub mod admin;
 pub mod config;
 pub mod datadir;
+mod image;
+mod initialise;
 pub mod iscsi;
+pub mod logdevices;
 pub mod metrics;
 mod node;
 pub mod reservations;
@@ -40,4 +43,37 @@ pub enum NodeError {
     Busy(String),
     #[error("{0}")]
     BadRequest(String),
+}
+
+/// `n` bytes for a person: exact in the largest binary unit that divides it ("256 MiB"),
+/// else to a tenth ("63.9 MiB").
+pub(crate) fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    let mut unit = "bytes";
+    let mut scale = 1u64;
+    for (i, u) in UNITS.iter().enumerate() {
+        let s = 1u64 << (10 * (i + 1));
+        if n >= s {
+            (unit, scale) = (u, s);
+        }
+    }
+    if n.is_multiple_of(scale) {
+        format!("{} {unit}", n / scale)
+    } else {
+        format!("{:.1} {unit}", n as f64 / scale as f64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn human_bytes_are_exact_when_they_can_be() {
+        use super::human_bytes as h;
+        assert_eq!(h(0), "0 bytes");
+        assert_eq!(h(1000), "1000 bytes");
+        assert_eq!(h(256 << 20), "256 MiB");
+        assert_eq!(h(1 << 50), "1 PiB");
+        assert_eq!(h(67_000_000), "63.9 MiB");
+        assert_eq!(h((1 << 44) - 4096), "16.0 TiB");
+    }
 }

@@ -13,6 +13,8 @@ use serde::Serialize;
 
 use crate::config::Config;
 use crate::datadir::{DataDir, NodeState, VolumeMeta, FORMAT_VERSION};
+use crate::initialise::{initialise, FirstStart};
+use crate::{image, logdevices};
 use crate::volume::Volume;
 use crate::NodeError;
 
@@ -56,7 +58,7 @@ pub struct Node {
     admin: Mutex<()>,
 }
 
-fn now_ns() -> u64 {
+pub(crate) fn now_ns() -> u64 {
     let d = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or(Duration::ZERO);
@@ -73,21 +75,32 @@ pub fn valid_volume_name(name: &str) -> bool {
 }
 
 impl Node {
-    /// Opens (or on first use creates) the node described by `cfg`, running recovery.
+    /// Opens (or on first use creates) the node described by `cfg`, running recovery. A first
+    /// start that fails leaves nothing behind (see `initialise.rs`).
     pub fn open(cfg: Config) -> Result<Arc<Self>, NodeError> {
         cfg.validate()?;
+        let mut first = FirstStart::before(&cfg.data);
+        let node = Self::open_or_create(cfg, &mut first);
+        if node.is_err() {
+            first.undo();
+        }
+        node
+    }
+
+    fn open_or_create(cfg: Config, first: &mut FirstStart) -> Result<Arc<Self>, NodeError> {
         let dir = DataDir::open(&cfg.data)?;
         let (state, fresh) = match dir.load_state()? {
             Some(s) => (s, false),
-            None => (initialise(&dir, &cfg)?, true),
+            None => (initialise(&dir, &cfg, first)?, true),
         };
-        let devices = open_log_devices(&dir, &cfg, &state)?;
+        let paths = logdevices::resolve(dir.root(), &state)?;
+        let devices = open_log_devices(&dir, &cfg, &paths)?;
         let progress = Progress::load(&dir.path("store.progress"))
             .map_err(|e| NodeError::Corrupt(format!("store.progress: {e}")))?;
         let store = Store::new(store_config(&dir, &cfg), progress);
         let metas = dir.load_volumes()?;
         for m in &metas {
-            let image = open_image(&dir, &cfg, m, false)?;
+            let image = open_image(&dir, &cfg, m)?;
             store.add_volume(m.id, image, m.size_bytes);
         }
         let sink: Arc<dyn mariner_log::DurableSink> = store.clone();
@@ -99,10 +112,18 @@ impl Node {
             progress.applied_ts,
             sink,
         )?;
+        let state = match upgrade(&dir, state, &paths) {
+            Ok(s) => s,
+            Err(e) => {
+                log.shutdown();
+                return Err(e);
+            }
+        };
         store.set_paused(cfg.test.pause_apply);
-        store
-            .start(log.clone(), &rec.records)
-            .map_err(|e| NodeError::Io(e.to_string()))?;
+        if let Err(e) = store.start(log.clone(), &rec.records) {
+            log.shutdown();
+            return Err(NodeError::Io(e.to_string()));
+        }
         let recovery = RecoveryReport {
             records_replayed: rec.records.len(),
             voided: rec.voided.len(),
@@ -139,7 +160,11 @@ impl Node {
         if fresh && !node.cfg.volume.default_name.is_empty() {
             // create_volume warns about overcommit itself.
             let name = node.cfg.volume.default_name.clone();
-            node.create_volume(&name, node.cfg.volume.default_size.as_u64(), None)?;
+            if let Err(e) = node.create_volume(&name, node.cfg.volume.default_size.as_u64(), None)
+            {
+                node.shutdown();
+                return Err(e);
+            }
         } else {
             node.warn_overcommit();
         }
@@ -236,26 +261,34 @@ impl Node {
         if self.volume(name).is_some() {
             return Err(NodeError::Exists(name.to_string()));
         }
-        let id = {
-            let mut st = self
-                .state
-                .lock()
-                .map_err(|_| NodeError::Io("lock poisoned".into()))?;
-            let id = st.next_volume_id;
-            st.next_volume_id += 1;
-            self.dir.save_state(&st)?;
-            id
+        // The image first: a size the file system cannot hold is refused before a volume id
+        // is used up, and any failure leaves neither files nor a used id behind.
+        let vdir = self.dir.volume_dir(name);
+        image::create(&vdir, size_bytes, bs)?;
+        let made = self.allocate_volume_id().and_then(|id| {
+            let meta = VolumeMeta {
+                id,
+                name: name.to_string(),
+                size_bytes,
+                block_size,
+                created_ns: now_ns(),
+                read_only: false,
+            };
+            let saved = open_image(&self.dir, &self.cfg, &meta)
+                .and_then(|image| self.dir.save_volume(&meta).map(|()| image));
+            if saved.is_err() {
+                self.release_volume_id(id);
+            }
+            saved.map(|image| (meta, image))
+        });
+        let (meta, image) = match made {
+            Ok(m) => m,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&vdir);
+                return Err(e);
+            }
         };
-        let meta = VolumeMeta {
-            id,
-            name: name.to_string(),
-            size_bytes,
-            block_size,
-            created_ns: now_ns(),
-            read_only: false,
-        };
-        let image = open_image(&self.dir, &self.cfg, &meta, true)?;
-        self.dir.save_volume(&meta)?;
+        let id = meta.id;
         self.store.add_volume(id, image, size_bytes);
         let reservations = crate::reservations::open(&self.dir.volume_dir(name))?;
         let vol = Volume::new(meta, self.log.clone(), self.store.clone(), reservations);
@@ -267,6 +300,34 @@ impl Node {
         self.warn_overcommit();
         self.volume_info(name)
             .ok_or_else(|| NodeError::NotFound(name.to_string()))
+    }
+
+    /// Takes the next volume id, durably.
+    fn allocate_volume_id(&self) -> Result<u32, NodeError> {
+        let mut st = self
+            .state
+            .lock()
+            .map_err(|_| NodeError::Io("lock poisoned".into()))?;
+        let id = st.next_volume_id;
+        st.next_volume_id += 1;
+        if let Err(e) = self.dir.save_state(&st) {
+            st.next_volume_id = id;
+            return Err(e);
+        }
+        Ok(id)
+    }
+
+    /// Gives back the id just allocated for a volume that was never made: no log record can
+    /// name it. If that cannot be saved the id stays used, which is safe.
+    fn release_volume_id(&self, id: u32) {
+        if let Ok(mut st) = self.state.lock() {
+            if st.next_volume_id == id + 1 {
+                st.next_volume_id = id;
+                if self.dir.save_state(&st).is_err() {
+                    st.next_volume_id = id + 1;
+                }
+            }
+        }
     }
 
     /// Deletes a volume; refused while clients are connected to it.
@@ -318,12 +379,18 @@ impl Node {
         let vol = self.existing(name)?;
         let mut m = vol.meta();
         let bs = u64::from(m.block_size);
-        if size_bytes < m.size_bytes || !size_bytes.is_multiple_of(bs) || size_bytes > 1 << 50 {
+        if size_bytes < m.size_bytes || !size_bytes.is_multiple_of(bs) {
             return Err(NodeError::BadRequest(format!(
                 "new size must be at least the current {} bytes and a multiple of {bs}",
                 m.size_bytes
             )));
         }
+        if size_bytes > 1 << 50 {
+            return Err(NodeError::BadRequest(
+                "volume size must be at most 1 PiB".into(),
+            ));
+        }
+        image::check_fits(&self.dir.volume_dir(name), size_bytes, bs)?;
         self.store
             .grow_volume(m.id, size_bytes)
             .map_err(|e| NodeError::Io(e.to_string()))?;
@@ -417,85 +484,51 @@ impl Exports for Node {
     }
 }
 
-fn initialise(dir: &DataDir, cfg: &Config) -> Result<NodeState, NodeError> {
-    let devices: Vec<PathBuf> = if cfg.log.devices.is_empty() {
-        vec![dir.path("log/log0")]
-    } else {
-        cfg.log.devices.clone()
-    };
-    for d in &devices {
-        if !d.exists() {
-            create_log_file(d, cfg.log.file_size.as_u64())?;
-        }
+/// Rewrites a format-1 `mariner.json` as format 2, its log devices recorded as found at
+/// `paths` (the log has just checked that they are its devices).
+fn upgrade(dir: &DataDir, mut state: NodeState, paths: &[PathBuf]) -> Result<NodeState, NodeError> {
+    if state.format_version >= FORMAT_VERSION {
+        return Ok(state);
     }
-    let log_id = uuid::Uuid::new_v4().as_u128();
-    let disks = devices
+    let from = state.format_version;
+    state.log_devices = paths
         .iter()
-        .map(|p| open_disk(p, cfg.log.direct_io, cfg.test.volatile))
-        .collect::<Result<Vec<_>, _>>()?;
-    let mut log_cfg = log_config(cfg);
-    if cfg.log.segment_size.is_none() {
-        let mut smallest = u64::MAX;
-        for d in &disks {
-            smallest = smallest.min(d.len().map_err(|e| NodeError::Io(e.to_string()))?);
-        }
-        log_cfg.segment_bytes = crate::config::default_segment_bytes(smallest);
-    }
-    Log::format(&disks, &log_cfg, log_id)?;
-    for d in &disks {
-        d.sync().map_err(|e| NodeError::Io(e.to_string()))?;
-    }
-    let state = NodeState {
-        format_version: FORMAT_VERSION,
-        log_id: format!("{log_id:032x}"),
-        log_devices: devices,
-        next_volume_id: 1,
-        created_ns: now_ns(),
-    };
+        .map(|p| logdevices::recorded(dir.root(), p))
+        .collect::<Result<_, _>>()?;
+    state.format_version = FORMAT_VERSION;
     dir.save_state(&state)?;
-    tracing::info!(data = %dir.root().display(), "initialised a new data directory");
+    tracing::info!(
+        from,
+        to = FORMAT_VERSION,
+        log_devices = ?state.log_devices,
+        "mariner.json rewritten: paths inside the data directory are now relative to it"
+    );
     Ok(state)
 }
 
-fn create_log_file(path: &Path, size: u64) -> Result<(), NodeError> {
-    if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent)
-            .map_err(|e| NodeError::Io(format!("{}: {e}", parent.display())))?;
-    }
-    let f = std::fs::File::options()
-        .create_new(true)
-        .write(true)
-        .open(path)
-        .map_err(|e| NodeError::Io(format!("{}: {e}", path.display())))?;
-    // Write zeros rather than fallocate: on ext4 a write into a fallocated (unwritten) extent
-    // makes the next fdatasync commit the journal, which made 4 KiB log writes ~1.8x slower
-    // here (docs/benchmarks.md). Zeroing once gives steady-state speed from the first write.
-    let io = |e: std::io::Error| NodeError::Io(format!("{}: {e}", path.display()));
-    let chunk = vec![0u8; 4 << 20];
-    let mut done = 0u64;
-    while done < size {
-        let n = (size - done).min(chunk.len() as u64) as usize;
-        std::os::unix::fs::FileExt::write_all_at(&f, &chunk[..n], done).map_err(io)?;
-        done += n as u64;
-    }
-    f.sync_all().map_err(io)
-}
-
+/// Opens the log devices at `paths` (the recorded ones, resolved), refusing a configured list
+/// that names other devices.
 fn open_log_devices(
     dir: &DataDir,
     cfg: &Config,
-    state: &NodeState,
+    paths: &[PathBuf],
 ) -> Result<Vec<Arc<dyn Disk>>, NodeError> {
-    if !cfg.log.devices.is_empty() && cfg.log.devices != state.log_devices {
+    let same = cfg.log.devices.len() == paths.len()
+        && cfg
+            .log
+            .devices
+            .iter()
+            .zip(paths)
+            .all(|(a, b)| logdevices::same_device(a, b));
+    if !cfg.log.devices.is_empty() && !same {
         return Err(NodeError::Config(format!(
             "log devices {:?} differ from {:?}, which {} was created with",
             cfg.log.devices,
-            state.log_devices,
+            paths,
             dir.root().display()
         )));
     }
-    state
-        .log_devices
+    paths
         .iter()
         .map(|p| {
             if !p.exists() {
@@ -513,7 +546,7 @@ fn open_log_devices(
         .collect()
 }
 
-fn open_disk(path: &Path, direct: bool, volatile: bool) -> Result<Arc<dyn Disk>, NodeError> {
+pub(crate) fn open_disk(path: &Path, direct: bool, volatile: bool) -> Result<Arc<dyn Disk>, NodeError> {
     let opts = OpenOptions::new()
         .direct(direct && !volatile)
         .dsync(direct && !volatile);
@@ -526,23 +559,8 @@ fn open_disk(path: &Path, direct: bool, volatile: bool) -> Result<Arc<dyn Disk>,
     Ok(Arc::new(f))
 }
 
-fn open_image(
-    dir: &DataDir,
-    cfg: &Config,
-    m: &VolumeMeta,
-    create: bool,
-) -> Result<Arc<dyn Disk>, NodeError> {
-    let vdir = dir.volume_dir(&m.name);
-    let path = vdir.join("image");
-    if create {
-        std::fs::create_dir_all(&vdir)
-            .map_err(|e| NodeError::Io(format!("{}: {e}", vdir.display())))?;
-        let f = std::fs::File::create(&path)
-            .map_err(|e| NodeError::Io(format!("{}: {e}", path.display())))?;
-        f.set_len(m.size_bytes)
-            .and_then(|()| f.sync_all())
-            .map_err(|e| NodeError::Io(format!("{}: {e}", path.display())))?;
-    }
+fn open_image(dir: &DataDir, cfg: &Config, m: &VolumeMeta) -> Result<Arc<dyn Disk>, NodeError> {
+    let path = dir.volume_dir(&m.name).join("image");
     let disk = open_disk(&path, false, cfg.test.volatile)?;
     let len = disk.len().map_err(|e| NodeError::Io(e.to_string()))?;
     if len < m.size_bytes {
@@ -554,7 +572,7 @@ fn open_image(
     Ok(disk)
 }
 
-fn log_config(cfg: &Config) -> LogConfig {
+pub(crate) fn log_config(cfg: &Config) -> LogConfig {
     let l = &cfg.log;
     LogConfig {
         // Only used when formatting; an existing log keeps the geometry in its superblocks.

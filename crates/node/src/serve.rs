@@ -1,19 +1,31 @@
-//! `mariner serve`: bind the front ends, record the ports, serve until SIGTERM/SIGINT, then
-//! shut down in order (stop accepting, finish in-flight requests, final store sync, log).
+//! `mariner serve`: bind the front ends (before the node opens: [`bind`]), record the ports,
+//! serve until SIGTERM/SIGINT, then shut down in order (stop accepting, finish in-flight requests, final store sync, log).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
+use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::watch;
 
+use crate::datadir::DataDir;
 use crate::iscsi::VolumeTargets;
-use crate::{admin, Node, NodeError};
+use crate::{admin, Config, Node, NodeError};
 
-/// Serves `node` until a termination signal (or `stop` turns true).
-pub async fn run(node: Arc<Node>, mut stop: watch::Receiver<bool>) -> Result<(), NodeError> {
+/// The TCP listeners of a server, bound before the data directory is opened or created: a port
+/// in use is reported before anything is written.
+pub struct Listeners {
+    nbd: Vec<(TcpListener, SocketAddr)>,
+    iscsi: Vec<(TcpListener, SocketAddr)>,
+}
+
+/// Binds every NBD and iSCSI address of `cfg`. A data directory another server holds is
+/// reported first (its ports are likely the ones in use); nothing is created either way.
+pub async fn bind(cfg: &Config) -> Result<Listeners, NodeError> {
+    cfg.validate()?;
+    DataDir::check_unlocked(&cfg.data)?;
     let mut nbd = Vec::new();
-    for addr in &node.config().nbd.listen {
+    for addr in &cfg.nbd.listen {
         let l = TcpListener::bind(addr)
             .await
             .map_err(|e| NodeError::Config(format!("cannot listen for NBD on {addr}: {e}")))?;
@@ -27,7 +39,19 @@ pub async fn run(node: Arc<Node>, mut stop: watch::Receiver<bool>) -> Result<(),
         }
         nbd.push((l, bound));
     }
-    let iscsi = bind_iscsi(&node).await?;
+    let iscsi = bind_iscsi(cfg).await?;
+    Ok(Listeners { nbd, iscsi })
+}
+
+/// Serves `node` on `listeners` until a termination signal (or `stop` turns true).
+pub async fn run(
+    node: Arc<Node>,
+    listeners: Listeners,
+    mut stop: watch::Receiver<bool>,
+) -> Result<(), NodeError> {
+    // Before ports.json announces the server: a SIGTERM from then on is a clean shutdown.
+    let signals = Signals::new();
+    let Listeners { nbd, iscsi } = listeners;
     let (admin_listener, admin_path) =
         admin::bind(node.data_dir()).map_err(|e| NodeError::Io(format!("admin.sock: {e}")))?;
     let bound: Vec<SocketAddr> = nbd.iter().map(|(_, a)| *a).collect();
@@ -89,7 +113,7 @@ pub async fn run(node: Arc<Node>, mut stop: watch::Receiver<bool>) -> Result<(),
         }
     });
 
-    wait_for_signal(&mut stop).await;
+    signals.wait(&mut stop).await;
     tracing::info!("shutting down: finishing in-flight requests");
     let _ = quit_tx.send(true);
     while tasks.join_next().await.is_some() {}
@@ -102,20 +126,15 @@ pub async fn run(node: Arc<Node>, mut stop: watch::Receiver<bool>) -> Result<(),
 }
 
 /// Binds every `[iscsi] listen` address (none: no iSCSI).
-async fn bind_iscsi(node: &Node) -> Result<Vec<(TcpListener, SocketAddr)>, NodeError> {
+async fn bind_iscsi(cfg: &Config) -> Result<Vec<(TcpListener, SocketAddr)>, NodeError> {
     let mut out = Vec::new();
-    for addr in &node.config().iscsi.listen {
+    for addr in &cfg.iscsi.listen {
         let l = TcpListener::bind(addr)
             .await
             .map_err(|e| NodeError::Config(format!("cannot listen for iSCSI on {addr}: {e}")))?;
         let bound = l.local_addr().map_err(|e| NodeError::Io(e.to_string()))?;
         if !bound.ip().is_loopback() {
-            let protected = node
-                .config()
-                .iscsi
-                .targets
-                .values()
-                .filter(|t| t.chap_user.is_some());
+            let protected = cfg.iscsi.targets.values().filter(|t| t.chap_user.is_some());
             tracing::warn!(
                 %bound,
                 volumes_with_chap = protected.count(),
@@ -128,18 +147,29 @@ async fn bind_iscsi(node: &Node) -> Result<Vec<(TcpListener, SocketAddr)>, NodeE
     Ok(out)
 }
 
-async fn wait_for_signal(stop: &mut watch::Receiver<bool>) {
-    use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        let _ = stop.wait_for(|v| *v).await;
-        return;
-    };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
-        _ = stop.wait_for(|v| *v) => {}
+/// SIGTERM and SIGINT, caught from creation on.
+struct Signals(Option<(Signal, Signal)>);
+
+impl Signals {
+    fn new() -> Self {
+        match (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) {
+            (Ok(term), Ok(int)) => Self(Some((term, int))),
+            _ => Self(None),
+        }
+    }
+
+    async fn wait(self, stop: &mut watch::Receiver<bool>) {
+        let Some((mut term, mut int)) = self.0 else {
+            let _ = stop.wait_for(|v| *v).await;
+            return;
+        };
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+            _ = stop.wait_for(|v| *v) => {}
+        }
     }
 }

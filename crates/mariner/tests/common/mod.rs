@@ -398,3 +398,69 @@ pub fn random_file(path: &Path, len: u64, seed: u64) {
     }
     f.flush().unwrap();
 }
+
+// ---- Added for startup.rs (additions only). ----
+
+impl Server {
+    /// Starts `mariner serve --data <data_arg> ...` (as [`Server::start`]) with `cwd` as the
+    /// server's working directory, so a relative `data_arg` is relative to `cwd`. `self.data`
+    /// is `cwd.join(data_arg)`, the directory as the test sees it.
+    pub fn start_in(cwd: &Path, data_arg: &Path, extra: &[&str]) -> Server {
+        let data = cwd.join(data_arg);
+        let log_path = data.with_extension("serve.log");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .unwrap();
+        let _ = std::fs::remove_file(data.join("ports.json"));
+        let child = Command::new(mariner_bin())
+            .current_dir(cwd)
+            .arg("serve")
+            .arg("--data")
+            .arg(data_arg)
+            .args(["--listen", "127.0.0.1:0", "--iscsi-listen", "127.0.0.1:0"])
+            .args(extra)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let mut s = Server {
+            child: Some(child),
+            data,
+            nbd: String::new(),
+            log_path,
+        };
+        s.nbd = s.wait_ready(Duration::from_secs(60));
+        s
+    }
+}
+
+/// Runs `mariner serve --data <data_arg> <args...>` in `cwd`, which must exit by itself within
+/// 60 s (it fails to start); returns its output.
+pub fn serve_must_exit(cwd: &Path, data_arg: &Path, args: &[&str]) -> Output {
+    let mut child = Command::new(mariner_bin())
+        .current_dir(cwd)
+        .arg("serve")
+        .arg("--data")
+        .arg(data_arg)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "mariner serve {args:?} kept running: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
