@@ -32,7 +32,10 @@ fn assert_fails(o: &Output, needles: &[&str], what: &str) {
     let err = stderr(o);
     assert_eq!(o.status.code(), Some(1), "{what}: {}: {err}", o.status);
     for n in needles {
-        assert!(err.contains(n), "{what}: message {err:?} should mention {n:?}");
+        assert!(
+            err.contains(n),
+            "{what}: message {err:?} should mention {n:?}"
+        );
     }
 }
 
@@ -84,7 +87,10 @@ fn a_data_directory_opens_from_any_working_directory() {
 
     // A's directory from B (relative --data): A's data, not B's log.
     let mut s = Server::start_in(&b, Path::new("../a/mdata"), &[]);
-    qemu_io(&s.url("vol0"), &["read -P 0xa1 0 1M", "write -P 0xa3 1M 1M"]);
+    qemu_io(
+        &s.url("vol0"),
+        &["read -P 0xa1 0 1M", "write -P 0xa3 1M 1M"],
+    );
     assert!(s.stop().success(), "{}", s.log());
     // And from / (systemd-style), with an absolute --data.
     let mut s = Server::start_in(Path::new("/"), &a.join("mdata"), &[]);
@@ -92,7 +98,10 @@ fn a_data_directory_opens_from_any_working_directory() {
     assert!(s.stop().success(), "{}", s.log());
     // B's directory, from A, still holds B's data.
     let mut other = Server::start_in(&a, Path::new("../b/mdata"), &[]);
-    qemu_io(&other.url("vol0"), &["read -P 0xb2 0 1M", "read -P 0 1M 1M"]);
+    qemu_io(
+        &other.url("vol0"),
+        &["read -P 0xb2 0 1M", "read -P 0 1M 1M"],
+    );
     assert!(other.stop().success(), "{}", other.log());
 }
 
@@ -124,7 +133,12 @@ fn log_devices_given_relative_are_recorded_so_they_open_from_anywhere() {
     assert_eq!(state["log_devices"][1], "own-log", "{state}");
 
     // The same devices spelled from B are the same devices.
-    let from_b = ["--log-dev", "../a/ext/log-a", "--log-dev", "../a/mdata/own-log"];
+    let from_b = [
+        "--log-dev",
+        "../a/ext/log-a",
+        "--log-dev",
+        "../a/mdata/own-log",
+    ];
     let mut s = Server::start_in(&b, Path::new("../a/mdata"), &from_b);
     qemu_io(&s.url("vol0"), &["read -P 0x5c 0 2M"]);
     assert!(s.stop().success(), "{}", s.log());
@@ -187,7 +201,10 @@ fn a_format_1_data_directory_keeps_opening_and_is_converted() {
     // Format 1 again, opened from B, where mdata/log/log0 is B's own log.
     make_format_1(&a.join("mdata"), &["mdata/log/log0"]);
     let mut s = Server::start_in(&b, Path::new("../a/mdata"), &[]);
-    qemu_io(&s.url("vol0"), &["read -P 0x71 0 1M", "write -P 0x72 1M 1M"]);
+    qemu_io(
+        &s.url("vol0"),
+        &["read -P 0x71 0 1M", "write -P 0x72 1M 1M"],
+    );
     assert!(s.stop().success(), "{}", s.log());
     assert_eq!(mariner_json(&a.join("mdata"))["log_devices"][0], "log/log0");
     // And from /.
@@ -196,6 +213,16 @@ fn a_format_1_data_directory_keeps_opening_and_is_converted() {
     qemu_io(&s.url("vol0"), &["read -P 0x71 0 1M", "read -P 0x72 1M 1M"]);
     assert!(s.stop().success(), "{}", s.log());
     assert_eq!(mariner_json(&a.join("mdata"))["format_version"], 2);
+
+    // Created with an absolute --data, then moved: the recorded path no longer exists.
+    let old_abs = a.join("mdata/log/log0");
+    let moved = b.join("moved");
+    std::fs::rename(a.join("mdata"), &moved).unwrap();
+    make_format_1(&moved, &[old_abs.to_str().unwrap()]);
+    let mut s = Server::start_in(Path::new("/"), &moved, &[]);
+    qemu_io(&s.url("vol0"), &["read -P 0x71 0 1M", "read -P 0x72 1M 1M"]);
+    assert!(s.stop().success(), "{}", s.log());
+    assert_eq!(mariner_json(&moved)["log_devices"][0], "log/log0");
 }
 
 /// A listener holding a port, so the server cannot have it.
@@ -216,7 +243,11 @@ fn a_busy_port_is_reported_before_anything_is_created() {
         let data = dir.path().join("fresh");
         let o = serve_must_exit(dir.path(), &data, &args);
         assert_fails(&o, &[&busy, what], "busy port");
-        assert!(!data.exists(), "{what}: {data:?} created: {:?}", tree(dir.path()));
+        assert!(
+            !data.exists(),
+            "{what}: {data:?} created: {:?}",
+            tree(dir.path())
+        );
         // An empty one stays empty.
         std::fs::create_dir(&data).unwrap();
         let o = serve_must_exit(dir.path(), &data, &args);
@@ -234,6 +265,14 @@ fn a_busy_port_is_reported_before_anything_is_created() {
         assert_fails(&o, &[&busy], "busy port, existing directory");
         assert_eq!(tree(&data), before);
     }
+    // A second server on the directory and ports of a running one is told about the
+    // directory, the cause, rather than the ports.
+    let s = Server::start(&data, &[]);
+    let iscsi = s.iscsi();
+    let same = ["--listen", &s.nbd, "--iscsi-listen", &iscsi];
+    let o = serve_must_exit(dir.path(), &data, &same);
+    assert_fails(&o, &["in use by another mariner server"], "second server");
+    drop(s);
 }
 
 /// A file system mounted for one test, unmounted when dropped.
@@ -325,7 +364,11 @@ fn volumes_larger_than_the_file_system_allows_are_refused_without_a_trace() {
     let dir = scratch("hugevol");
     // ext4 with 4 KiB blocks holds files of at most 16 TiB - 4 KiB.
     let limit = "17592186040320";
-    let mnt = Mount::ext4(&dir.path().join("ext4.img"), 256 * MIB, &dir.path().join("mnt"));
+    let mnt = Mount::ext4(
+        &dir.path().join("ext4.img"),
+        256 * MIB,
+        &dir.path().join("mnt"),
+    );
     let data = mnt.0.join("data");
 
     // The default volume of a first start: refused, and nothing is left.
@@ -346,7 +389,11 @@ fn volumes_larger_than_the_file_system_allows_are_refused_without_a_trace() {
     }
     let o = cli(&data, &["volume", "grow", "vol0", "--size", "1PiB"]);
     assert_fails(&o, &["file system", limit], "grow past the limit");
-    assert!(!stderr(&o).contains("at least the current"), "{}", stderr(&o));
+    assert!(
+        !stderr(&o).contains("at least the current"),
+        "{}",
+        stderr(&o)
+    );
     assert_eq!(cli_ok(&data, &["volume", "list"]), before);
     assert_eq!(tree(&data), files, "a refused grow left files");
 

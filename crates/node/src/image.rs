@@ -28,7 +28,9 @@ pub(crate) fn create(vdir: &Path, size: u64, block: u64) -> Result<PathBuf, Node
 fn sized(f: &File, path: &Path, dir: &Path, size: u64, block: u64) -> Result<(), NodeError> {
     match f.set_len(size) {
         Err(e) if e.kind() == ErrorKind::FileTooLarge => Err(too_large(dir, size, block)),
-        other => other.and_then(|()| f.sync_all()).map_err(|e| io_at(path, e)),
+        other => other
+            .and_then(|()| f.sync_all())
+            .map_err(|e| io_at(path, e)),
     }
 }
 

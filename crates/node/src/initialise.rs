@@ -125,9 +125,18 @@ impl FirstStart {
     /// Keeps the first bytes of an existing device, to restore if the start fails.
     fn keep_start_of(&mut self, path: &Path) -> Result<(), NodeError> {
         let f = File::open(path).map_err(|e| io_at(path, e))?;
-        let len = f.metadata().map_err(|e| io_at(path, e))?.len();
-        let mut bytes = vec![0u8; usize::try_from(len.min(FORMAT_BYTES)).unwrap_or(0)];
-        f.read_exact_at(&mut bytes, 0).map_err(|e| io_at(path, e))?;
+        // Read to the end or FORMAT_BYTES (a block device's metadata shows no length).
+        let mut bytes = vec![0u8; FORMAT_BYTES as usize];
+        let mut got = 0;
+        while got < bytes.len() {
+            match f.read_at(&mut bytes[got..], got as u64) {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(io_at(path, e)),
+            }
+        }
+        bytes.truncate(got);
         self.formatted.push((path.to_path_buf(), bytes));
         Ok(())
     }
@@ -228,7 +237,10 @@ fn create_log_file(path: &Path, size: u64, first: &mut FirstStart) -> Result<(),
 /// Bytes an unprivileged writer may still use on the file system that holds `path` (or would,
 /// once created).
 fn free_bytes(path: &Path) -> Option<u64> {
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     let vfs = rustix::fs::statvfs(dir).ok()?;
     Some(vfs.f_bavail.saturating_mul(vfs.f_frsize))
 }

@@ -5,8 +5,8 @@
 //! (`log/log0`) and any other device absolute, as the user named it against the working
 //! directory of the first start (symbolic links are kept: `/dev/disk/by-id/...` stays that
 //! name). Format 1 recorded the paths as given, relative to the working directory at creation
-//! (`mdata/log/log0` for `--data mdata`); such a path is looked for inside the data directory
-//! first, then against the working directory, and a candidate is taken only if its superblock
+//! (`mdata/log/log0` for `--data mdata`) or absolute; such a path is looked for inside the
+//! data directory first, then where it points, and a candidate is taken only if its superblock
 //! names this log and this device position.
 
 use std::os::unix::fs::MetadataExt;
@@ -44,21 +44,22 @@ pub fn resolve(root: &Path, state: &NodeState) -> Result<Vec<PathBuf>, NodeError
     let log_id = state.log_id()?;
     let mut out = Vec::with_capacity(state.log_devices.len());
     for (index, p) in state.log_devices.iter().enumerate() {
-        out.push(if p.is_absolute() {
-            p.clone()
-        } else if state.format_version >= 2 {
-            root.join(p)
-        } else {
+        out.push(if state.format_version < 2 {
             resolve_format_1(root, p, log_id, index)
+        } else if p.is_absolute() {
+            p.clone()
+        } else {
+            root.join(p)
         });
     }
     Ok(out)
 }
 
-/// Format 1's relative `p`: the first candidate that is device `index` of log `log_id` — `p`
-/// less leading components inside `root` (longest first: `mdata/log/log0` is `log/log0`
-/// there), then `p` against the current directory, what format 1 meant. If none is, `p` as
-/// format 1 meant it, so the error names what was recorded.
+/// Format 1's `p`: the first candidate that is device `index` of log `log_id` — `p` less
+/// leading components inside `root` (longest first: `mdata/log/log0` is `log/log0` there),
+/// then `p` itself (against the current directory if relative), what format 1 meant. The data
+/// directory comes first so that a copy of it opens its own log, not the original's. If no
+/// candidate is, `p` as format 1 meant it, so the error names what was recorded.
 fn resolve_format_1(root: &Path, p: &Path, log_id: u128, index: usize) -> PathBuf {
     let parts: Vec<Component<'_>> = p.components().collect();
     let inside = (0..parts.len())
@@ -105,7 +106,10 @@ mod tests {
         assert_eq!(rec("mdata", "mdata/log/log0"), Path::new("log/log0"));
         assert_eq!(rec("./mdata", "mdata/./own"), Path::new("own"));
         assert_eq!(rec("/srv/m", "/srv/m/log/log0"), Path::new("log/log0"));
-        assert_eq!(rec("/srv/m", "/dev/disk/by-id/x"), Path::new("/dev/disk/by-id/x"));
+        assert_eq!(
+            rec("/srv/m", "/dev/disk/by-id/x"),
+            Path::new("/dev/disk/by-id/x")
+        );
         assert_eq!(rec("mdata", "ext/log-a"), cwd.join("ext/log-a"));
         // Out through `..` is not inside.
         assert_eq!(

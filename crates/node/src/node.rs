@@ -14,9 +14,9 @@ use serde::Serialize;
 use crate::config::Config;
 use crate::datadir::{DataDir, NodeState, VolumeMeta, FORMAT_VERSION};
 use crate::initialise::{initialise, FirstStart};
-use crate::{image, logdevices};
 use crate::volume::Volume;
 use crate::NodeError;
+use crate::{image, logdevices};
 
 /// What recovery did at start-up.
 #[derive(Debug, Clone, Serialize)]
@@ -160,8 +160,7 @@ impl Node {
         if fresh && !node.cfg.volume.default_name.is_empty() {
             // create_volume warns about overcommit itself.
             let name = node.cfg.volume.default_name.clone();
-            if let Err(e) = node.create_volume(&name, node.cfg.volume.default_size.as_u64(), None)
-            {
+            if let Err(e) = node.create_volume(&name, node.cfg.volume.default_size.as_u64(), None) {
                 node.shutdown();
                 return Err(e);
             }
@@ -546,7 +545,11 @@ fn open_log_devices(
         .collect()
 }
 
-pub(crate) fn open_disk(path: &Path, direct: bool, volatile: bool) -> Result<Arc<dyn Disk>, NodeError> {
+pub(crate) fn open_disk(
+    path: &Path,
+    direct: bool,
+    volatile: bool,
+) -> Result<Arc<dyn Disk>, NodeError> {
     let opts = OpenOptions::new()
         .direct(direct && !volatile)
         .dsync(direct && !volatile);
