@@ -371,14 +371,25 @@ fn volumes_larger_than_the_file_system_allows_are_refused_without_a_trace() {
     );
     let data = mnt.0.join("data");
 
-    // The default volume of a first start: refused, and nothing is left.
+    // The default volume of a first start: refused, and nothing is left — the log device
+    // that existed before is there, unformatted again.
+    let dev = mnt.0.join("log-dev");
+    std::fs::write(&dev, vec![0u8; (16 * MIB) as usize]).unwrap();
+    let dev_arg = ["--log-dev", dev.to_str().unwrap()];
     let mut args = vec!["--listen", "127.0.0.1:0", "--iscsi-listen", "127.0.0.1:0"];
-    args.extend_from_slice(&["--log-size", "16MiB", "--default-volume-size", "1PiB"]);
+    args.extend_from_slice(&["--default-volume-size", "1PiB"]);
+    args.extend_from_slice(&dev_arg);
     let o = serve_must_exit(dir.path(), &data, &args);
     assert_fails(&o, &["file system", limit], "1 PiB default volume");
     assert!(!data.exists(), "left behind: {:?}", tree(&mnt.0));
+    assert!(
+        std::fs::read(&dev).unwrap() == vec![0u8; (16 * MIB) as usize],
+        "the log device was left formatted"
+    );
 
-    let mut s = Server::start(&data, SMALL_LOG);
+    let mut small = SMALL_LOG.to_vec();
+    small.extend_from_slice(&dev_arg);
+    let mut s = Server::start(&data, &small);
     let before = cli_ok(&data, &["volume", "list"]);
     let files = tree(&data);
     for size in ["1PiB", "17TiB"] {
