@@ -389,10 +389,17 @@ impl Node {
                 "volume size must be at most 1 PiB".into(),
             ));
         }
-        image::check_fits(&self.dir.volume_dir(name), size_bytes, bs)?;
+        // A failed set_len changes nothing, so the image's own answer is the check.
         self.store
             .grow_volume(m.id, size_bytes)
-            .map_err(|e| NodeError::Io(e.to_string()))?;
+            .map_err(|e| match e {
+                mariner_store::StoreError::Io(io)
+                    if io.kind() == std::io::ErrorKind::FileTooLarge =>
+                {
+                    image::too_large(&self.dir.volume_dir(name), size_bytes, bs)
+                }
+                other => NodeError::Io(other.to_string()),
+            })?;
         m.size_bytes = size_bytes;
         self.dir.save_volume(&m)?;
         vol.set_size(size_bytes);

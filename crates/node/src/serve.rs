@@ -1,5 +1,6 @@
 //! `mariner serve`: bind the front ends (before the node opens: [`bind`]), record the ports,
-//! serve until SIGTERM/SIGINT, then shut down in order (stop accepting, finish in-flight requests, final store sync, log).
+//! serve until SIGTERM/SIGINT, then shut down in order (stop accepting, finish in-flight
+//! requests, final store sync, log).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
