@@ -8,6 +8,8 @@
 //! - [`FaultyDisk`]: keeps a *live* and a *durable* image; can crash (drop every unsynced
 //!   write), tear in-flight writes, corrupt sectors and fail the next I/O. The fault model of
 //!   STYLE.md (redb `crash_consistency.rs`, TigerBeetle `testing/storage.zig`).
+//! - [`FullDisk`]: wraps a disk whose file system can fill up: writes, punches and (on
+//!   demand) syncs fail with ENOSPC, and a failed sync loses what it should have made durable.
 //! - [`VolatileDisk`]: wraps a file and holds writes in memory until `sync`, so a process killed
 //!   with `kill -9` loses exactly what it had not synced. Used by the crash tests of the real
 //!   binary: a build that acknowledges before syncing fails them.
@@ -20,6 +22,7 @@ mod aligned;
 mod extent;
 mod fail_after;
 mod faulty;
+mod full;
 mod file;
 mod mem;
 mod range;
@@ -29,6 +32,7 @@ mod volatile;
 pub use aligned::AlignedBuf;
 pub use fail_after::FailAfter;
 pub use faulty::{CrashMode, Faults, FaultyDisk, DEFAULT_SECTOR_SIZE};
+pub use full::FullDisk;
 pub use file::{FileDisk, OpenOptions};
 pub use mem::MemDisk;
 pub use volatile::VolatileDisk;

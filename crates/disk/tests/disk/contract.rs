@@ -3,7 +3,7 @@
 use std::io;
 use std::sync::Arc;
 
-use mariner_disk::{Disk, Extent, FaultyDisk, FileDisk, MemDisk, VolatileDisk};
+use mariner_disk::{Disk, Extent, FaultyDisk, FileDisk, FullDisk, MemDisk, VolatileDisk};
 
 use crate::{disk_path, pattern, read_all, tempdir};
 
@@ -136,6 +136,11 @@ fn mem_disk_keeps_the_contract() -> io::Result<()> {
 #[test]
 fn faulty_disk_keeps_the_contract() -> io::Result<()> {
     check_contract(&FaultyDisk::new(0, 42))
+}
+
+#[test]
+fn full_disk_keeps_the_contract() -> io::Result<()> {
+    check_contract(&FullDisk::new(MemDisk::new(0)))
 }
 
 #[test]
