@@ -4,9 +4,10 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mariner_log::{RecordKind, RECORD_HEADER_LEN};
+use bytes::Bytes;
+use mariner_log::{Durable, LogAddr, RecordHeader, RecordKind, RECORD_HEADER_LEN};
 
-use crate::{Item, Progress, Store, StoreError};
+use crate::{Item, OutOfSpace, Progress, Store, StoreError};
 
 /// Records taken from the queue per round.
 const ROUND: usize = 256;
@@ -20,6 +21,11 @@ fn under_pressure(segments_used: u64, segments_total: u64, stalled: u64) -> bool
     let (num, den) = PRESSURE_FILL;
     stalled > 0 || segments_used * den > segments_total * num
 }
+
+/// How long the applier waits, out of space, before it tries again. Trying costs a failed
+/// write (or sync) and a read of the record back from the log: cheap enough to poll, where
+/// asking the file system for its free space would not tell whether this write fits.
+const NO_SPACE_RETRY: Duration = Duration::from_secs(1);
 
 /// Largest run of records read back from the log with one read.
 const READBACK_BYTES: u64 = 1 << 20;
@@ -56,6 +62,28 @@ struct Cursor {
     applied_ts: u64,
     unsynced_bytes: u64,
     last_sync: Instant,
+    /// The records applied since the last sync, to apply again if the sync fails for want of
+    /// space: the failed sync may have lost them (the fsync-gate lesson), the log has them.
+    unsynced: Vec<(RecordHeader, LogAddr)>,
+    /// Out of space: when to try again.
+    retry_at: Option<Instant>,
+    /// The store reports itself out of space until what it applied after the wait is synced.
+    short_of_space: bool,
+}
+
+/// Why the images could not be synced, and whose (`None`: the store's watermark).
+struct SyncError {
+    volume: Option<u32>,
+    error: StoreError,
+}
+
+impl From<StoreError> for SyncError {
+    fn from(error: StoreError) -> Self {
+        Self {
+            volume: None,
+            error,
+        }
+    }
 }
 
 impl Store {
@@ -67,32 +95,136 @@ impl Store {
             applied_ts: p.applied_ts,
             unsynced_bytes: 0,
             last_sync: Instant::now(),
+            unsynced: Vec::new(),
+            retry_at: None,
+            short_of_space: false,
         };
         loop {
+            self.wait_for_space(&mut c);
             let interval = Duration::from_millis(self.cfg.sync_interval_ms);
             let wait = interval.saturating_sub(c.last_sync.elapsed());
             let (items, shutdown) = self.take_ready(c.next, wait);
-            if let Err(e) = self.apply_all(&items, &mut c) {
+            let took = items.len();
+            if let Err(e) = self.apply_all(items, &mut c) {
                 return self.fail(&e);
             }
-            let behind = c.next - 1 > self.progress().applied_seq;
-            let due = c.unsynced_bytes >= self.cfg.sync_bytes
-                || c.last_sync.elapsed() >= interval
-                || self.log_pressure()
-                || shutdown;
-            if behind && due {
-                if let Err(e) = self.sync_all(&c) {
-                    return self.fail(&e);
-                }
-                c.unsynced_bytes = 0;
-                c.last_sync = Instant::now();
-            } else if !behind {
-                c.last_sync = Instant::now();
+            if let Err(e) = self.sync_if_due(&mut c, shutdown) {
+                return self.fail(&e);
             }
-            if shutdown && items.is_empty() {
+            // Out of space at shutdown, what was not applied stays in the log for the next
+            // start.
+            if shutdown && (took == 0 || c.retry_at.is_some()) {
                 return;
             }
         }
+    }
+
+    /// Syncs the images and releases the log once enough was applied, or time is up; out of
+    /// space, takes the records since the last sync back to apply them again.
+    fn sync_if_due(&self, c: &mut Cursor, shutdown: bool) -> Result<(), StoreError> {
+        let interval = Duration::from_millis(self.cfg.sync_interval_ms);
+        let behind = c.next - 1 > self.progress().applied_seq;
+        let due = c.unsynced_bytes >= self.cfg.sync_bytes
+            || c.last_sync.elapsed() >= interval
+            || self.log_pressure()
+            || c.short_of_space
+            || shutdown;
+        if behind && due {
+            match self.sync_all(c) {
+                Ok(()) => {
+                    c.unsynced_bytes = 0;
+                    c.unsynced.clear();
+                    c.last_sync = Instant::now();
+                }
+                Err(e) if e.error.is_no_space() => {
+                    let reason = format!("syncing the images failed: {}", e.error);
+                    self.apply_again_since_sync(c);
+                    self.wait_for_room(e.volume, reason, c);
+                }
+                Err(e) => return Err(e.error),
+            }
+        } else if !behind {
+            c.last_sync = Instant::now();
+        }
+        let synced = c.next - 1 <= self.progress().applied_seq;
+        if c.short_of_space && c.retry_at.is_none() && synced {
+            self.room_again(c);
+        }
+        Ok(())
+    }
+
+    /// Out of space: records the reason, which refuses the volume's writes, and has the
+    /// applier try again after [`NO_SPACE_RETRY`].
+    fn wait_for_room(&self, volume: Option<u32>, reason: String, c: &mut Cursor) {
+        let reason = format!("{reason}; trying again every {NO_SPACE_RETRY:?}");
+        if !c.short_of_space {
+            tracing::warn!(volume, %reason, "out of space: applying waits for room");
+        }
+        if let Ok(mut o) = self.out_of_space.lock() {
+            *o = Some(OutOfSpace { volume, reason });
+        }
+        c.short_of_space = true;
+        c.retry_at = Some(Instant::now() + NO_SPACE_RETRY);
+    }
+
+    /// What was applied after waiting for space is synced: the volumes take writes again.
+    fn room_again(&self, c: &mut Cursor) {
+        tracing::info!("space again: applied and synced what waited for room");
+        if let Ok(mut o) = self.out_of_space.lock() {
+            *o = None;
+        }
+        c.short_of_space = false;
+    }
+
+    /// Waits until it is time to try again after running out of space (or shutdown).
+    fn wait_for_space(&self, c: &mut Cursor) {
+        let Some(at) = c.retry_at.take() else {
+            return;
+        };
+        let Ok(q) = self.queue.lock() else {
+            return;
+        };
+        let left = at.saturating_duration_since(Instant::now());
+        let _ = self.wake.wait_timeout_while(q, left, |q| !q.shutdown);
+    }
+
+    /// Puts records taken from the queue back, to be taken again in order.
+    fn requeue(&self, items: impl IntoIterator<Item = Item>) {
+        if let Ok(mut q) = self.queue.lock() {
+            for item in items {
+                q.items.insert(item.header.seq, item);
+            }
+            self.stats
+                .queued_records
+                .store(q.items.len() as u64, Relaxed);
+        }
+    }
+
+    /// A sync failed for want of space and may have lost what was applied since the last
+    /// good one: maps those records in the overlay again (reads take them from the log) and
+    /// queues them to be applied again from the watermark on.
+    fn apply_again_since_sync(&self, c: &mut Cursor) {
+        let p = self.progress();
+        let records = std::mem::take(&mut c.unsynced);
+        let now = Instant::now();
+        let items = records.into_iter().map(|(header, addr)| {
+            self.map_overlay(&Durable {
+                header,
+                addr,
+                payload: Bytes::new(),
+            });
+            Item {
+                header,
+                addr,
+                payload: None,
+                accepted: now,
+            }
+        });
+        self.requeue(items.collect::<Vec<_>>());
+        c.next = p.applied_seq + 1;
+        c.applied_ts = p.applied_ts;
+        c.unsynced_bytes = 0;
+        self.stats.applied_seq.store(p.applied_seq, Relaxed);
     }
 
     /// Waits up to `wait` for the record `next` and for the moment to apply it (see
@@ -147,12 +279,31 @@ impl Store {
         (out, q.shutdown)
     }
 
-    fn apply_all(&self, items: &[Item], c: &mut Cursor) -> Result<(), StoreError> {
+    /// Applies `items` in order. Out of space, the record that found no room and those after
+    /// it go back to the queue and the applier waits for room; any other error is final.
+    fn apply_all(&self, mut items: Vec<Item>, c: &mut Cursor) -> Result<(), StoreError> {
+        let Err((at, e)) = self.apply_items(&items, c) else {
+            return Ok(());
+        };
+        let Some(h) = items.get(at).map(|i| i.header).filter(|_| e.is_no_space()) else {
+            return Err(e);
+        };
+        self.requeue(items.split_off(at));
+        let reason = format!(
+            "applying record {} to the image of volume {} failed: {e}",
+            h.seq, h.volume
+        );
+        self.wait_for_room(Some(h.volume), reason, c);
+        Ok(())
+    }
+
+    /// Applies `items` in order; on error, returns the index of the record it stopped at.
+    fn apply_items(&self, items: &[Item], c: &mut Cursor) -> Result<(), (usize, StoreError)> {
         let mut at = 0;
         while at < items.len() {
             let run = readback_run(&items[at..]);
             if run == 0 {
-                self.apply_one(&items[at], None)?;
+                self.apply_one(&items[at], None).map_err(|e| (at, e))?;
                 self.applied(&items[at], c);
                 at += 1;
                 continue;
@@ -160,9 +311,12 @@ impl Store {
             // One read for the run, a lone record included (its header is known: one read
             // of header and payload together instead of one of each).
             let run = &items[at..at + run];
-            let payloads = self.log_read_run(run, &mut c.readback)?;
-            for (item, payload) in run.iter().zip(payloads) {
-                self.apply_one(item, c.readback.get(payload))?;
+            let payloads = self
+                .log_read_run(run, &mut c.readback)
+                .map_err(|e| (at, e))?;
+            for (i, (item, payload)) in run.iter().zip(payloads).enumerate() {
+                self.apply_one(item, c.readback.get(payload))
+                    .map_err(|e| (at + i, e))?;
                 self.applied(item, c);
             }
             at += run.len();
@@ -193,8 +347,15 @@ impl Store {
         Ok(read.into_iter().map(|(_, payload)| payload).collect())
     }
 
-    /// Bookkeeping once `item` is in its image (or skipped).
+    /// Bookkeeping once `item` is in its image (or skipped). Its payload leaves the memory
+    /// budget only now: a record that found no room goes back to the queue with it.
     fn applied(&self, item: &Item, c: &mut Cursor) {
+        if let Some(p) = &item.payload {
+            self.stats
+                .queued_payload_bytes
+                .fetch_sub(p.len() as u64, Relaxed);
+        }
+        c.unsynced.push((item.header, item.addr));
         c.next = item.header.seq + 1;
         c.applied_ts = c.applied_ts.max(item.header.timestamp_ns);
         c.unsynced_bytes += u64::from(item.header.payload_len);
@@ -209,11 +370,6 @@ impl Store {
     /// whose payload is not in memory, see [`readback_run`]).
     fn apply_one(&self, item: &Item, fetched: Option<&[u8]>) -> Result<(), StoreError> {
         let h = &item.header;
-        if let Some(p) = &item.payload {
-            self.stats
-                .queued_payload_bytes
-                .fetch_sub(p.len() as u64, Relaxed);
-        }
         if h.kind == RecordKind::Void {
             return Ok(());
         }
@@ -286,19 +442,23 @@ impl Store {
         )
     }
 
-    fn sync_all(&self, c: &Cursor) -> Result<(), StoreError> {
+    fn sync_all(&self, c: &Cursor) -> Result<(), SyncError> {
         let images: Vec<_> = match self.images.read() {
-            Ok(m) => m.values().cloned().collect(),
-            Err(_) => return Err(StoreError::Failed("lock poisoned".into())),
+            Ok(m) => m.iter().map(|(id, i)| (*id, Arc::clone(i))).collect(),
+            Err(_) => return Err(StoreError::Failed("lock poisoned".into()).into()),
         };
-        for image in images {
-            image.disk.sync()?;
+        for (id, image) in images {
+            image.disk.sync().map_err(|e| SyncError {
+                volume: Some(id),
+                error: e.into(),
+            })?;
         }
         let p = Progress {
             applied_seq: c.next - 1,
             applied_ts: c.applied_ts,
         };
-        p.store(&self.cfg.progress_path)?;
+        p.store(&self.cfg.progress_path)
+            .map_err(|e| SyncError::from(StoreError::from(e)))?;
         if let Ok(mut g) = self.progress.lock() {
             *g = p;
         }

@@ -19,6 +19,10 @@
 //!   the record back from the log).
 //! - An I/O error while applying or syncing fails the store for good: volumes turn read-only,
 //!   nothing is retried, the log keeps what was not applied.
+//! - Except running out of space (ENOSPC, EDQUOT): the images are sparse, so applying a write
+//!   can find the file system full. The log still holds every record not yet synced into the
+//!   images, so the applier waits and applies them again, from the last sync on when a sync
+//!   failed ([`Store::out_of_space`] says why meanwhile; the volume refuses writes with ENOSPC).
 
 pub mod extents;
 pub mod progress;
@@ -52,6 +56,23 @@ pub enum StoreError {
     Log(#[from] LogError),
     #[error("the store has failed and is read-only: {0}")]
     Failed(String),
+}
+
+impl StoreError {
+    /// Whether the file system had no room (ENOSPC, or EDQUOT: the same to a volume): the
+    /// record stays in the log and can be applied again once there is room.
+    pub fn is_no_space(&self) -> bool {
+        matches!(self, StoreError::Io(e)
+            if matches!(e.kind(), io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded))
+    }
+}
+
+/// The applier waits for space: it could not store a record of `volume` (or sync its image),
+/// or, with `volume` `None`, persist its own watermark.
+#[derive(Debug, Clone)]
+struct OutOfSpace {
+    volume: Option<u32>,
+    reason: String,
 }
 
 /// How a byte range of a volume is allocated.
@@ -129,6 +150,7 @@ pub struct Store {
     progress: Mutex<Progress>,
     stats: StoreStats,
     failed: Mutex<Option<String>>,
+    out_of_space: Mutex<Option<OutOfSpace>>,
     paused: AtomicBool,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
@@ -148,6 +170,7 @@ impl Store {
             progress: Mutex::new(progress),
             stats,
             failed: Mutex::new(None),
+            out_of_space: Mutex::new(None),
             paused: AtomicBool::new(false),
             thread: Mutex::new(None),
         })
@@ -238,6 +261,15 @@ impl Store {
     /// Why the store failed, if it did.
     pub fn failure(&self) -> Option<String> {
         self.failed.lock().ok().and_then(|g| g.clone())
+    }
+
+    /// Why writes to volume `id` cannot be stored, if they cannot: the applier waits for
+    /// space to apply one of the volume's records (or to persist its watermark, which holds
+    /// up every volume). `None` again once what it applied after the wait is synced.
+    pub fn out_of_space(&self, id: u32) -> Option<String> {
+        let g = self.out_of_space.lock().ok()?;
+        let o = g.as_ref()?;
+        o.volume.is_none_or(|v| v == id).then(|| o.reason.clone())
     }
 
     /// The persisted watermark.
