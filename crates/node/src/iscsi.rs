@@ -111,6 +111,7 @@ fn read_error(e: ExportError) -> BackendError {
 fn write_error(e: ExportError) -> BackendError {
     match e {
         ExportError::ReadOnly => BackendError::ReadOnly,
+        ExportError::NoSpace => BackendError::NoSpace,
         other => BackendError::Write(other.to_string()),
     }
 }
@@ -131,15 +132,13 @@ impl BlockBackend for Volume {
     }
 
     fn geometry(&self) -> Geometry {
-        let (id, created_ns, size_bytes, block_size, read_only) = self.with_meta(|m| {
-            let (bs, ro) = (m.block_size, m.read_only);
-            (m.id, m.created_ns, m.size_bytes, bs, ro)
-        });
+        let (id, created_ns, size_bytes, block_size) =
+            self.with_meta(|m| (m.id, m.created_ns, m.size_bytes, m.block_size));
         let max_blocks = (self.max_io_bytes() / u64::from(block_size)) as u32;
         Geometry {
             block_size,
             block_count: size_bytes / u64::from(block_size),
-            read_only: read_only || self.failure().is_some(),
+            read_only: self.read_only_lasting(),
             can_unmap: true,
             max_transfer_blocks: max_blocks,
             physical_block_size: self.physical_block_bytes(),

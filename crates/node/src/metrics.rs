@@ -164,7 +164,7 @@ fn store_metrics(out: &mut String, node: &Node) {
 
 fn volume_metrics(out: &mut String, node: &Node) {
     let names = node.volume_names();
-    let families: [(&str, &str, &str); 5] = [
+    let families: [(&str, &str, &str); 6] = [
         ("mariner_volume_reads_total", "counter", "Read requests."),
         ("mariner_volume_read_bytes_total", "counter", "Bytes read."),
         ("mariner_volume_writes_total", "counter", "Write requests."),
@@ -176,7 +176,12 @@ fn volume_metrics(out: &mut String, node: &Node) {
         (
             "mariner_volume_read_only",
             "gauge",
-            "1 when the volume is read-only after an I/O error.",
+            "1 when the volume refuses writes after an I/O error or for want of space.",
+        ),
+        (
+            "mariner_volume_out_of_space",
+            "gauge",
+            "1 while the volume's writes get ENOSPC: its image's file system is full.",
         ),
     ];
     for (name, kind, help) in families {
@@ -188,7 +193,8 @@ fn volume_metrics(out: &mut String, node: &Node) {
                 "mariner_volume_read_bytes_total" => st.read_bytes.load(Relaxed),
                 "mariner_volume_writes_total" => st.writes.load(Relaxed),
                 "mariner_volume_write_bytes_total" => st.write_bytes.load(Relaxed),
-                _ => u64::from(v.failure().is_some()),
+                "mariner_volume_out_of_space" => u64::from(v.out_of_space().is_some()),
+                _ => u64::from(v.failure().or_else(|| v.out_of_space()).is_some()),
             };
             let _ = writeln!(out, "{name}{{volume=\"{}\"}} {value}", v.meta().name);
         }

@@ -136,12 +136,29 @@ impl Volume {
         }
     }
 
-    /// Why the volume is read-only, if it is: the operator's flag, or an I/O failure.
+    /// Why the volume is read-only, if it is: the operator's flag, an I/O failure, or no room
+    /// to store its writes (until there is again).
     pub fn read_only_reason(&self) -> Option<String> {
         if self.with_meta(|m| m.read_only) {
             return Some("set read-only by an operator".into());
         }
-        self.failure()
+        self.failure().or_else(|| self.out_of_space())
+    }
+
+    /// Why the volume's writes cannot be stored for now, if they cannot: its image's file
+    /// system is full (the store applies what waits once there is room, without a restart).
+    pub fn out_of_space(&self) -> Option<String> {
+        let id = self.with_meta(|m| m.id);
+        self.store
+            .out_of_space(id)
+            .map(|why| format!("out of space: {why}"))
+    }
+
+    /// Read-only for good (until an operator acts): the operator's flag or an I/O failure.
+    /// What the front ends announce; running out of space passes, so a client that connects
+    /// meanwhile gets ENOSPC for its writes rather than a read-only disk for its session.
+    pub fn read_only_lasting(&self) -> bool {
+        self.with_meta(|m| m.read_only) || self.failure().is_some()
     }
 
     /// Why the volume failed, if it did: the log or the store failed.
@@ -166,6 +183,10 @@ impl Volume {
         }
         if writing && (read_only || self.failure().is_some()) {
             return Err(ExportError::ReadOnly);
+        }
+        if writing && self.store.out_of_space(id).is_some() {
+            self.stats.errors.fetch_add(1, Relaxed);
+            return Err(ExportError::NoSpace);
         }
         Ok(Checked { id, block })
     }
@@ -490,7 +511,7 @@ impl Export for Volume {
             block_size_min: 1,
             block_size_preferred: PAGE_BYTES.max(m.block_size),
             max_payload_bytes: self.max_io_bytes() as u32,
-            read_only: self.read_only_reason().is_some(),
+            read_only: self.read_only_lasting(),
             can_trim: true,
             can_write_zeroes: true,
             // Every acknowledged write is durable, so a flush on any connection covers every

@@ -59,8 +59,9 @@ pub enum BackendError {
     /// The volume refuses writes (DATA PROTECT / WRITE PROTECTED).
     #[error("volume is read-only")]
     ReadOnly,
-    /// Out of space or another resource (ILLEGAL REQUEST... INSUFFICIENT RESOURCES).
-    #[error("insufficient resources")]
+    /// No room to store a write, for now (DATA PROTECT / SPACE ALLOCATION FAILED WRITE
+    /// PROTECT, what a thinly provisioned unit reports).
+    #[error("no space left")]
     NoSpace,
 }
 

@@ -112,6 +112,9 @@ impl Asc {
     pub const INLINE_DATA_LENGTH_EXCEEDED: Self = Self(0x26, 0x0b);
     /// 27/00.
     pub const WRITE_PROTECTED: Self = Self(0x27, 0x00);
+    /// 27/07 SPACE ALLOCATION FAILED WRITE PROTECT: a thinly provisioned unit found no room
+    /// for a write (SBC-4 4.7.3.7).
+    pub const SPACE_ALLOCATION_FAILED_WRITE_PROTECT: Self = Self(0x27, 0x07);
     /// 29/00.
     pub const POWER_ON_RESET: Self = Self(0x29, 0x00);
     /// 29/03 BUS DEVICE RESET FUNCTION OCCURRED (after a LUN reset).

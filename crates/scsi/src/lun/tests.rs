@@ -411,3 +411,10 @@ fn truncated_write_writes_whole_blocks_only() {
     assert_eq!(run(&l, &cdb10(0x28, 0, 1), &[]).data, vec![3; BS]);
     assert_eq!(run(&l, &cdb10(0x28, 1, 1), &[]).data, vec![0; BS]);
 }
+
+#[test]
+fn no_room_for_a_write_is_space_allocation_failed_write_protect() {
+    let s = backend_sense(BackendError::NoSpace);
+    assert_eq!(s.key, SenseKey::DataProtect);
+    assert_eq!((s.asc.0, s.asc.1), (0x27, 0x07));
+}
