@@ -153,15 +153,22 @@ impl Store {
         Ok(())
     }
 
-    /// Out of space: records the reason, which refuses the volume's writes, and has the
-    /// applier try again after [`NO_SPACE_RETRY`].
+    /// Out of space: records the reason, which refuses the volume's writes (every volume's,
+    /// with `volume` `None`), and has the applier try again after [`NO_SPACE_RETRY`].
+    ///
+    /// A volume already out of space stays the one to blame when then the watermark cannot be
+    /// written either: on a full file system the watermark's new file is the next thing
+    /// that finds no room, and the volume's writes are what filled it.
     fn wait_for_room(&self, volume: Option<u32>, reason: String, c: &mut Cursor) {
         let reason = format!("{reason}; trying again every {NO_SPACE_RETRY:?}");
         if !c.short_of_space {
             tracing::warn!(volume, %reason, "out of space: applying waits for room");
         }
         if let Ok(mut o) = self.out_of_space.lock() {
-            *o = Some(OutOfSpace { volume, reason });
+            let blamed = o.as_ref().and_then(|o| o.volume).filter(|_| volume.is_none());
+            if blamed.is_none() {
+                *o = Some(OutOfSpace { volume, reason });
+            }
         }
         c.short_of_space = true;
         c.retry_at = Some(Instant::now() + NO_SPACE_RETRY);
@@ -458,7 +465,7 @@ impl Store {
             applied_ts: c.applied_ts,
         };
         p.store(&self.cfg.progress_path)
-            .map_err(|e| SyncError::from(StoreError::from(e)))?;
+            .map_err(|e| SyncError::from(StoreError::Progress(e)))?;
         if let Ok(mut g) = self.progress.lock() {
             *g = p;
         }

@@ -52,6 +52,8 @@ pub enum StoreError {
     OutOfRange { offset: u64, len: u64, size: u64 },
     #[error("volume image: {0}")]
     Io(#[from] io::Error),
+    #[error("progress file: {0}")]
+    Progress(io::Error),
     #[error("log: {0}")]
     Log(#[from] LogError),
     #[error("the store has failed and is read-only: {0}")]
@@ -62,7 +64,7 @@ impl StoreError {
     /// Whether the file system had no room (ENOSPC, or EDQUOT: the same to a volume): the
     /// record stays in the log and can be applied again once there is room.
     pub fn is_no_space(&self) -> bool {
-        matches!(self, StoreError::Io(e)
+        matches!(self, StoreError::Io(e) | StoreError::Progress(e)
             if matches!(e.kind(), io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded))
     }
 }
