@@ -159,10 +159,7 @@ mod tests {
         d.sync().unwrap();
         d.write_at(&[2; 512], 512).unwrap();
         d.fail_syncs(1);
-        assert_eq!(
-            d.sync().unwrap_err().raw_os_error(),
-            Some(libc::ENOSPC)
-        );
+        assert_eq!(d.sync().unwrap_err().raw_os_error(), Some(libc::ENOSPC));
         assert_eq!(read(&d, 0), [1; 512], "synced before: kept");
         assert_eq!(read(&d, 512), [0; 512], "unsynced: lost");
         d.write_at(&[2; 512], 512).unwrap();

@@ -109,7 +109,9 @@ fn list_line(s: &Server, name: &str) -> String {
 }
 
 fn out_of_space(s: &Server, volume: &str) -> f64 {
-    s.metric(&format!("mariner_volume_out_of_space{{volume=\"{volume}\"}}"))
+    s.metric(&format!(
+        "mariner_volume_out_of_space{{volume=\"{volume}\"}}"
+    ))
 }
 
 /// Fills the big volume chunk by chunk until a write fails; returns the chunks written.
@@ -149,7 +151,10 @@ fn a_full_disk_refuses_writes_with_enospc_and_recovers_when_space_is_freed() {
         !failed.status.success(),
         "qemu-io exits non-zero on the failed write: {t}"
     );
-    assert!(t.contains("No space left on device"), "ENOSPC expected: {t}");
+    assert!(
+        t.contains("No space left on device"),
+        "ENOSPC expected: {t}"
+    );
     assert!(!t.contains("not permitted"), "EPERM is for read-only: {t}");
     assert!(acked.len() as u64 >= 64, "only {} MiB stored", acked.len());
     let stuck = acked.len() as u64;
@@ -159,14 +164,26 @@ fn a_full_disk_refuses_writes_with_enospc_and_recovers_when_space_is_freed() {
     let line = list_line(&s, "vol0");
     assert!(line.contains("read-only: out of space"), "{line}");
     assert!(line.contains("No space left on device"), "{line}");
-    assert!(list_line(&s, "small").ends_with(" ok"), "{}", list_line(&s, "small"));
+    assert!(
+        list_line(&s, "small").ends_with(" ok"),
+        "{}",
+        list_line(&s, "small")
+    );
     assert_eq!(out_of_space(&s, "vol0"), 1.0);
     assert_eq!(out_of_space(&s, "small"), 0.0);
     assert_eq!(s.metric("mariner_volume_read_only{volume=\"vol0\"}"), 1.0);
-    assert_eq!(s.metric("mariner_store_failed"), 0.0, "out of space is no failure");
+    assert_eq!(
+        s.metric("mariner_store_failed"),
+        0.0,
+        "out of space is no failure"
+    );
     assert_eq!(s.metric("mariner_log_failed"), 0.0);
     let again = write_chunk(&big, stuck, 7).unwrap_err();
-    assert!(text(&again).contains("No space left on device"), "{}", text(&again));
+    assert!(
+        text(&again).contains("No space left on device"),
+        "{}",
+        text(&again)
+    );
 
     // Reads see every acknowledged write; the other volume still takes writes (they wait in
     // the log behind the big volume's records, which is why it cannot be more than that).
@@ -186,7 +203,11 @@ fn a_full_disk_refuses_writes_with_enospc_and_recovers_when_space_is_freed() {
         std::thread::sleep(Duration::from_millis(100));
     }
     eprintln!("writable again {:?} after space was freed", start.elapsed());
-    assert!(list_line(&s, "vol0").ends_with(" ok"), "{}", list_line(&s, "vol0"));
+    assert!(
+        list_line(&s, "vol0").ends_with(" ok"),
+        "{}",
+        list_line(&s, "vol0")
+    );
     for i in stuck..stuck + 16 {
         write_chunk(&big, i, pattern(i)).unwrap_or_else(|o| panic!("after freeing: {}", text(&o)));
         acked.push((i, pattern(i)));
@@ -197,6 +218,10 @@ fn a_full_disk_refuses_writes_with_enospc_and_recovers_when_space_is_freed() {
     let (big, small) = (s.url("vol0"), s.url("small"));
     assert_chunks(&big, &acked, "after restart");
     assert_chunks(&small, &[(0, 201), (1, 202)], "other volume, after restart");
-    assert!(list_line(&s, "vol0").ends_with(" ok"), "{}", list_line(&s, "vol0"));
+    assert!(
+        list_line(&s, "vol0").ends_with(" ok"),
+        "{}",
+        list_line(&s, "vol0")
+    );
     s.kill();
 }

@@ -76,9 +76,10 @@ fn backend_sense(err: BackendError) -> Sense {
         BackendError::Read(_) => Sense::new(SenseKey::MediumError, Asc::UNRECOVERED_READ_ERROR),
         BackendError::Write(_) => Sense::new(SenseKey::MediumError, Asc::WRITE_ERROR),
         BackendError::ReadOnly => Sense::write_protected(),
-        BackendError::NoSpace => {
-            Sense::new(SenseKey::DataProtect, Asc::SPACE_ALLOCATION_FAILED_WRITE_PROTECT)
-        }
+        BackendError::NoSpace => Sense::new(
+            SenseKey::DataProtect,
+            Asc::SPACE_ALLOCATION_FAILED_WRITE_PROTECT,
+        ),
     }
 }
 

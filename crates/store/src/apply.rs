@@ -165,7 +165,10 @@ impl Store {
             tracing::warn!(volume, %reason, "out of space: applying waits for room");
         }
         if let Ok(mut o) = self.out_of_space.lock() {
-            let blamed = o.as_ref().and_then(|o| o.volume).filter(|_| volume.is_none());
+            let blamed = o
+                .as_ref()
+                .and_then(|o| o.volume)
+                .filter(|_| volume.is_none());
             if blamed.is_none() {
                 *o = Some(OutOfSpace { volume, reason });
             }

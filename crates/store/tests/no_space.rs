@@ -122,13 +122,19 @@ fn a_record_that_found_no_room_is_applied_once_there_is_room() {
     n.until("first write synced", |n| n.synced_seq() >= 1);
     a.set_full(true);
     n.write(A, 4096, &[2; 4096]);
-    n.until("volume A out of space", |n| n.store.out_of_space(A).is_some());
+    n.until("volume A out of space", |n| {
+        n.store.out_of_space(A).is_some()
+    });
     let why = n.store.out_of_space(A).unwrap();
     assert!(why.contains("No space left on device"), "{why}");
     assert_eq!(n.store.out_of_space(B), None, "volume B has room");
     assert_eq!(n.store.failure(), None, "out of space is not a failure");
     assert_eq!(n.read(A, 4096, 4096), vec![2; 4096], "read from the log");
-    assert_eq!(raw(a.as_ref(), 4096, 4096), vec![0; 4096], "not in the image");
+    assert_eq!(
+        raw(a.as_ref(), 4096, 4096),
+        vec![0; 4096],
+        "not in the image"
+    );
 
     // The other volume's writes are still taken, and read back, while the log has room:
     // applying is in sequence order, so they wait behind A's record.
@@ -141,7 +147,11 @@ fn a_record_that_found_no_room_is_applied_once_there_is_room() {
     n.until("volume A has room again", |n| {
         n.store.out_of_space(A).is_none()
     });
-    assert_eq!(n.synced_seq(), n.applied_seq(), "synced before writable again");
+    assert_eq!(
+        n.synced_seq(),
+        n.applied_seq(),
+        "synced before writable again"
+    );
     assert_eq!(raw(a.as_ref(), 0, 8192)[4096..], [2; 4096]);
     assert_eq!(raw(b.as_ref(), 0, 4096), vec![3; 4096]);
     n.write(A, 8192, &[4; 4096]);
@@ -171,7 +181,9 @@ fn a_failed_sync_applies_again_from_the_last_good_sync() {
     a.fail_syncs(u64::MAX);
     n.write(A, 4096, &[5; 4096]);
     n.write(A, 8192, &[6; 4096]);
-    n.until("volume A out of space", |n| n.store.out_of_space(A).is_some());
+    n.until("volume A out of space", |n| {
+        n.store.out_of_space(A).is_some()
+    });
     let why = n.store.out_of_space(A).unwrap();
     assert!(why.contains("sync"), "{why}");
     // The failed sync lost both writes in the image; reads take them from the log again.
@@ -207,7 +219,9 @@ fn a_shutdown_out_of_space_leaves_the_records_in_the_log() {
     a.set_full(true);
     n.write(A, 0, &[7; 4096]);
     n.write(B, 0, &[8; 4096]);
-    n.until("volume A out of space", |n| n.store.out_of_space(A).is_some());
+    n.until("volume A out of space", |n| {
+        n.store.out_of_space(A).is_some()
+    });
     let started = Instant::now();
     n.close();
     assert!(
