@@ -50,8 +50,10 @@ impl Drop for Tmpfs {
     }
 }
 
+/// qemu-io, bounded in time: a write waiting on a full log would otherwise hang the test.
 fn qemu_io(args: &[&str], url: &str, cmds: &[String]) -> Output {
-    let mut c = Command::new("qemu-io");
+    let mut c = Command::new("timeout");
+    c.args(["-k", "10", "120", "qemu-io"]);
     c.args(args).args(["-f", "raw"]);
     for cmd in cmds {
         c.arg("-c").arg(cmd);
