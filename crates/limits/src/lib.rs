@@ -160,11 +160,22 @@ impl Limits {
     /// Waits until `bytes` of payload may be buffered; a request larger than the whole budget
     /// takes all of it. `None` never happens in practice (the semaphore is never closed).
     pub async fn reserve(&self, bytes: usize) -> Option<PayloadShare> {
-        let cost = u32::try_from(bytes)
-            .unwrap_or(u32::MAX)
-            .clamp(1, self.0.config.max_in_flight_bytes);
         let payload = Arc::clone(&self.0.payload);
+        let cost = self.cost(bytes);
         payload.acquire_many_owned(cost).await.ok().map(PayloadShare)
+    }
+
+    /// [`Limits::reserve`] without waiting: `None` when the budget cannot cover `bytes` now.
+    pub fn try_reserve(&self, bytes: usize) -> Option<PayloadShare> {
+        let payload = Arc::clone(&self.0.payload);
+        payload.try_acquire_many_owned(self.cost(bytes)).ok().map(PayloadShare)
+    }
+
+    /// Budget `bytes` takes: all of it for a request larger than the whole budget.
+    fn cost(&self, bytes: usize) -> u32 {
+        u32::try_from(bytes)
+            .unwrap_or(u32::MAX)
+            .clamp(1, self.0.config.max_in_flight_bytes)
     }
 
     /// How long a request may hold its share while its payload is still on the wire.
@@ -243,8 +254,10 @@ mod tests {
         let l = limits(8, 1000);
         let big = l.reserve(5000).await.unwrap();
         assert_eq!((big.bytes(), l.in_flight_bytes()), (1000, 1000));
+        assert!(l.try_reserve(1).is_none());
         drop(big);
         assert_eq!(l.reserve(0).await.unwrap().bytes(), 1);
+        assert_eq!(l.try_reserve(5000).unwrap().bytes(), 1000);
     }
 
     #[test]
