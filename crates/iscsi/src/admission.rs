@@ -7,7 +7,8 @@
 //! Data-Out of writes already admitted still arrives and frees the budget they hold (stopping
 //! to read would deadlock a session whose own writes hold the budget); the waiting commands
 //! have not been counted into ExpCmdSN, so MaxCmdSN stops advancing and the initiator stops
-//! sending commands: that is the back-pressure.
+//! sending commands: that is the back-pressure. Data-Out for a waiting command (an
+//! unsolicited burst) waits behind it, so it still finds its task.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -68,6 +69,10 @@ impl Admission {
         pdu: Pdu,
     ) -> Result<Option<(Pdu, Option<PayloadShare>)>, &'static str> {
         let Some(bytes) = cost(&pdu) else {
+            if self.data_of_waiting_command(&pdu) {
+                self.queue.push_back(pdu);
+                return Ok(None);
+            }
             return Ok(Some((pdu, None)));
         };
         if self.queue.is_empty() {
@@ -82,9 +87,21 @@ impl Admission {
         Ok(None)
     }
 
-    /// The first waiting command once its share is granted (never resolves while none waits).
-    /// Cancel-safe: the reservation lives in `self`.
+    /// A Data-Out whose command is still waiting.
+    fn data_of_waiting_command(&self, pdu: &Pdu) -> bool {
+        pdu.opcode() == Opcode::DataOut
+            && self
+                .queue
+                .iter()
+                .any(|q| q.opcode() == Opcode::ScsiCommand && q.itt() == pdu.itt())
+    }
+
+    /// The first waiting PDU once its share (if it needs one) is granted; never resolves while
+    /// none waits. Cancel-safe: the reservation lives in `self`.
     pub(crate) async fn next(&mut self) -> (Pdu, Option<PayloadShare>) {
+        if let Some(ready) = self.next_now() {
+            return ready;
+        }
         let Some(grant) = self.head_grant() else {
             return std::future::pending().await;
         };
@@ -98,11 +115,15 @@ impl Admission {
 
     /// Like [`Admission::next`], without waiting.
     pub(crate) fn next_now(&mut self) -> Option<(Pdu, Option<PayloadShare>)> {
+        if cost(self.queue.front()?).is_none() {
+            return self.queue.pop_front().map(|pdu| (pdu, None));
+        }
         let share = self.head_grant()?.now_or_never()?;
         self.grant = None;
         self.queue.pop_front().map(|pdu| (pdu, share))
     }
 
+    /// The head's reservation (made on first use), if the head needs a share.
     fn head_grant(&mut self) -> Option<&mut Grant> {
         let bytes = self.queue.front().and_then(cost)?;
         let limits = self.limits.clone();

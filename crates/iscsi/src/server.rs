@@ -67,7 +67,7 @@ pub enum ConnectionError {
     #[error("login timed out")]
     LoginTimeout,
     /// A command's data did not arrive in time while it held payload budget.
-    #[error("data-out not received within {0:?} (limits.payload_timeout_ms); closing")]
+    #[error("command data not received within {0:?} (limits.payload_timeout_ms); closing")]
     PayloadTimeout(Duration),
     /// The initiator took no response in time while responses held payload budget.
     #[error("initiator took no response within {0:?} (limits.payload_timeout_ms); closing")]

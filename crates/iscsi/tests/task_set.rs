@@ -543,3 +543,61 @@ async fn connections_beyond_the_cap_are_closed() {
     assert_eq!(limits.refused_total(), 1);
     assert_eq!(c.test_unit_ready(1).await.0, 0);
 }
+
+/// Logs in like [`Client::login_as`], offering InitialR2T=No: writes may send an unsolicited
+/// burst of Data-Out.
+async fn login_unsolicited(addr: std::net::SocketAddr, isid: u8) -> Client {
+    let s = TcpStream::connect(addr).await.unwrap();
+    let mut c = Client {
+        s,
+        buf: Vec::new(),
+        decoder: Decoder::new(1 << 20),
+        cmd_sn: 1,
+    };
+    let mut p = Pdu::new(Opcode::LoginRequest);
+    p.bhs[0] |= 0x40;
+    p.bhs[1] = 0x87;
+    p.bhs[8] = 0x80;
+    p.bhs[13] = isid;
+    p.set_u32(24, 1);
+    let keys = [
+        ("InitiatorName", "iqn.init"),
+        ("TargetName", IQN),
+        ("InitialR2T", "No"),
+    ];
+    let owned: Vec<(String, String)> = keys
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    p.data = text::encode(&owned);
+    c.send(&p).await;
+    let r = c.recv().await;
+    assert_eq!((r.bhs[36], r.bhs[37]), (0, 0), "login refused");
+    let answers = text::parse(&r.data).unwrap();
+    assert!(
+        answers.iter().any(|(k, v)| k == "InitialR2T" && v == "No"),
+        "{answers:?}"
+    );
+    c
+}
+
+#[tokio::test]
+async fn unsolicited_data_out_waits_behind_its_command_for_the_budget() {
+    let limits = caps(16, 4 * 512, 60_000);
+    let addr = start_limited(limits.clone()).await;
+    let mut a = Client::login_as(addr, 1).await;
+    let mut b = login_unsolicited(addr, 2).await;
+    let wa = a.write10(1, 4);
+    a.send(&wa).await;
+    let r2t_a = a.recv().await;
+    // B: a one-block write whose data follows unsolicited (F clear), while A holds the budget.
+    let mut wb = b.write10(1, 1);
+    wb.bhs[1] &= !0x80;
+    b.send(&wb).await;
+    let unsolicited = Client::data_out(1, 0xffff_ffff, 0, 0, true);
+    b.send(&unsolicited).await;
+    b.quiet(300).await;
+    answer_r2t(&mut a, &r2t_a, 4).await;
+    assert_eq!(a.response().await, (1, 0));
+    assert_eq!(b.response().await, (1, 0), "B's write found its unsolicited data");
+}
