@@ -10,8 +10,8 @@ use std::sync::Arc;
 use futures_util::future::{AbortHandle, Abortable};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use futures_util::FutureExt;
-use mariner_scsi::{Asc, Lun, Nexus, Sense, SenseKey, Status};
 use mariner_limits::{Limits, PayloadShare};
+use mariner_scsi::{Asc, Lun, Nexus, Sense, SenseKey, Status};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
@@ -447,14 +447,17 @@ impl Session {
         let edtl = req.u32_at(20);
         let write = req.flags() & 0x20 != 0;
         if !write || edtl == 0 {
-            self.start(Command {
-                itt: req.itt(),
-                lun_id: req.lun(),
-                cdb,
-                edtl,
-                data: Vec::new(),
-                write,
-            }, share);
+            self.start(
+                Command {
+                    itt: req.itt(),
+                    lun_id: req.lun(),
+                    cdb,
+                    edtl,
+                    data: Vec::new(),
+                    write,
+                },
+                share,
+            );
             return Vec::new();
         }
         if req.data.len() > edtl as usize || (!req.data.is_empty() && !self.params.immediate_data) {
@@ -515,14 +518,17 @@ impl Session {
             return;
         }
         let share = task.share.take();
-        self.start(Command {
-            itt,
-            lun_id: task.lun,
-            cdb: task.cdb,
-            edtl: task.edtl,
-            data: std::mem::take(&mut task.data),
-            write: true,
-        }, share);
+        self.start(
+            Command {
+                itt,
+                lun_id: task.lun,
+                cdb: task.cdb,
+                edtl: task.edtl,
+                data: std::mem::take(&mut task.data),
+                write: true,
+            },
+            share,
+        );
     }
 
     /// Runs `cmd` as a task of this session, in the unit's task set: an ABORT TASK or a

@@ -599,5 +599,9 @@ async fn unsolicited_data_out_waits_behind_its_command_for_the_budget() {
     b.quiet(300).await;
     answer_r2t(&mut a, &r2t_a, 4).await;
     assert_eq!(a.response().await, (1, 0));
-    assert_eq!(b.response().await, (1, 0), "B's write found its unsolicited data");
+    assert_eq!(
+        b.response().await,
+        (1, 0),
+        "B's write found its unsolicited data"
+    );
 }

@@ -105,7 +105,11 @@ impl Limits {
             max_in_flight_bytes: config.max_in_flight_bytes.max(1),
             ..config
         };
-        let permits = |n: u32| usize::try_from(n).unwrap_or(usize::MAX).min(Semaphore::MAX_PERMITS);
+        let permits = |n: u32| {
+            usize::try_from(n)
+                .unwrap_or(usize::MAX)
+                .min(Semaphore::MAX_PERMITS)
+        };
         Self(Arc::new(Inner {
             config,
             connections: Arc::new(Semaphore::new(permits(config.max_connections))),
@@ -162,13 +166,20 @@ impl Limits {
     pub async fn reserve(&self, bytes: usize) -> Option<PayloadShare> {
         let payload = Arc::clone(&self.0.payload);
         let cost = self.cost(bytes);
-        payload.acquire_many_owned(cost).await.ok().map(PayloadShare)
+        payload
+            .acquire_many_owned(cost)
+            .await
+            .ok()
+            .map(PayloadShare)
     }
 
     /// [`Limits::reserve`] without waiting: `None` when the budget cannot cover `bytes` now.
     pub fn try_reserve(&self, bytes: usize) -> Option<PayloadShare> {
         let payload = Arc::clone(&self.0.payload);
-        payload.try_acquire_many_owned(self.cost(bytes)).ok().map(PayloadShare)
+        payload
+            .try_acquire_many_owned(self.cost(bytes))
+            .ok()
+            .map(PayloadShare)
     }
 
     /// Budget `bytes` takes: all of it for a request larger than the whole budget.
@@ -243,7 +254,10 @@ mod tests {
             async move { l.reserve(600).await.unwrap().bytes() }
         });
         tokio::time::sleep(Duration::from_millis(50)).await;
-        assert!(!waiting.is_finished(), "1200 bytes in flight of a 1000-byte budget");
+        assert!(
+            !waiting.is_finished(),
+            "1200 bytes in flight of a 1000-byte budget"
+        );
         drop(a);
         assert_eq!(waiting.await.unwrap(), 600);
         assert_eq!(l.in_flight_bytes(), 0);

@@ -111,7 +111,11 @@ fn assert_alive(s: &mut Server, cg: &MemCgroup, when: &str) {
         cg.peak(),
         s.log()
     );
-    assert_eq!(cg.oom_kills(), 0, "{when}: the kernel OOM-killed in the cgroup");
+    assert_eq!(
+        cg.oom_kills(),
+        0,
+        "{when}: the kernel OOM-killed in the cgroup"
+    );
 }
 
 /// Polls `cond` for up to `limit`.

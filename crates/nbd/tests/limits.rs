@@ -56,20 +56,30 @@ async fn two_connections_never_hold_more_than_the_node_budget() {
     let mut b = Client::handshake(server.addr, Want::default()).await;
     // A: a 1 MiB WRITE one byte short. It holds the whole node budget.
     let data = vec![0xa5u8; MIB as usize];
-    a.send(1, CMD_WRITE, 0, 0, MIB, &data[..data.len() - 1]).await;
-    eventually("A holds the budget", || limits.in_flight_bytes() == u64::from(MIB)).await;
+    a.send(1, CMD_WRITE, 0, 0, MIB, &data[..data.len() - 1])
+        .await;
+    eventually("A holds the budget", || {
+        limits.in_flight_bytes() == u64::from(MIB)
+    })
+    .await;
     // B: a whole 1 MiB WRITE; its connection budget is free, the node's is not.
     let b_write = tokio::spawn(async move {
         let error = b.write(u64::from(MIB), &vec![0x5au8; MIB as usize]).await;
         (b, error)
     });
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(!b_write.is_finished(), "B wrote while A held the node budget");
+    assert!(
+        !b_write.is_finished(),
+        "B wrote while A held the node budget"
+    );
     assert_eq!(limits.in_flight_bytes(), u64::from(MIB));
     // A's last byte: A completes, then B gets the budget.
     a.stream.write_all(&data[data.len() - 1..]).await.unwrap();
     assert_eq!(reply_error(&a.reply().await), 0);
-    let (mut b, error) = tokio::time::timeout(TIMEOUT, b_write).await.unwrap().unwrap();
+    let (mut b, error) = tokio::time::timeout(TIMEOUT, b_write)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(error, 0);
     assert_eq!(b.read(u64::from(MIB), 512).await.unwrap(), [0x5a; 512]);
     assert_eq!(a.read(0, 512).await.unwrap(), [0xa5; 512]);
@@ -87,7 +97,10 @@ async fn a_request_larger_than_the_node_budget_still_completes() {
     let data: Vec<u8> = (0..4 * MIB).map(|i| (i % 251) as u8).collect();
     // Sending is bounded too: a server waiting for budget it can never get stops reading.
     let written = tokio::time::timeout(TIMEOUT, c.write(0, &data)).await;
-    assert_eq!(written.expect("a request larger than the budget never completed"), 0);
+    assert_eq!(
+        written.expect("a request larger than the budget never completed"),
+        0
+    );
     assert_eq!(c.read(0, 4 * MIB).await.unwrap(), data);
     eventually("budget released", || limits.in_flight_bytes() == 0).await;
     c.disconnect().await;
@@ -100,7 +113,9 @@ async fn a_stalled_write_payload_loses_its_budget_after_the_timeout() {
     let server = server(&limits).await;
     let mut stalled = Client::handshake(server.addr, Want::default()).await;
     let data = vec![1u8; MIB as usize];
-    stalled.send(1, CMD_WRITE, 0, 0, MIB, &data[..data.len() - 1]).await;
+    stalled
+        .send(1, CMD_WRITE, 0, 0, MIB, &data[..data.len() - 1])
+        .await;
     eventually("the stalled write holds the budget", || {
         limits.in_flight_bytes() == u64::from(MIB)
     })

@@ -432,7 +432,10 @@ impl MemCgroup {
         } else {
             Path::new("/sys/fs/cgroup/memory")
         };
-        assert!(root.is_dir(), "no memory cgroup controller (neither v2 nor v1)");
+        assert!(
+            root.is_dir(),
+            "no memory cgroup controller (neither v2 nor v1)"
+        );
         let path = root.join(name);
         std::fs::create_dir(&path).unwrap_or_else(|e| panic!("mkdir {}: {e}", path.display()));
         let cg = MemCgroup { path, v2 };

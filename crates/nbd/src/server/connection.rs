@@ -266,7 +266,9 @@ impl<S: AsyncRead + AsyncWrite + Send + Unpin + 'static> Reader<S> {
 
     /// The next decoded event with the payload budget it holds, or why the stream ended.
     /// Cancel-safe: all progress lives in `self.buf` and the decoder.
-    async fn next_event(&mut self) -> Result<Result<(Event, Option<Budget>), End>, ConnectionError> {
+    async fn next_event(
+        &mut self,
+    ) -> Result<Result<(Event, Option<Budget>), End>, ConnectionError> {
         let mut budget = None;
         // Set once budget is held for a payload: it must arrive by then.
         let mut deadline = None;
@@ -308,7 +310,10 @@ impl<S: AsyncRead + AsyncWrite + Send + Unpin + 'static> Reader<S> {
         let cost = u32::try_from(bytes)
             .unwrap_or(u32::MAX)
             .clamp(1, self.budget_max);
-        let connection = Arc::clone(&self.budget).acquire_many_owned(cost).await.ok()?;
+        let connection = Arc::clone(&self.budget)
+            .acquire_many_owned(cost)
+            .await
+            .ok()?;
         Some(Budget {
             _connection: connection,
             _node: self.limits.reserve(bytes).await,

@@ -63,7 +63,10 @@ async fn within(stall: Duration, io: impl Future<Output = io::Result<()>>) -> io
     }
 }
 
-async fn write_frame<W: AsyncWrite + Unpin>(out: &mut BufWriter<W>, frame: Frame) -> io::Result<()> {
+async fn write_frame<W: AsyncWrite + Unpin>(
+    out: &mut BufWriter<W>,
+    frame: Frame,
+) -> io::Result<()> {
     out.write_all(&frame.head).await?;
     if !frame.data.is_empty() {
         out.write_all(&frame.data).await?;
