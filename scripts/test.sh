@@ -2,7 +2,8 @@
 # The whole test suite, from a fresh machine: installs what it needs (Debian packages, cargo
 # tools), checks formatting and lints, runs every test (unit, property, golden, end-to-end with
 # real clients, crash, memory, recovery), runs libiscsi's iSCSI conformance suite against the
-# binary (scripts/iscsi-conformance.sh, fails on a regression), replays and briefly runs every fuzz target.
+# binary (scripts/iscsi-conformance.sh, fails on a regression), runs the README's first command
+# from a fresh clone (scripts/readme-check.sh), replays and briefly runs every fuzz target.
 # Prints how long each stage took. Usage: scripts/test.sh [--quick]   (--quick: no fuzzing)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,7 +26,8 @@ trap 'echo "FAILED in stage: ${current:-?}" >&2' ERR
 
 stage "install packages"
 need_pkgs=()
-for p in qemu-utils libnbd-bin fio nbdkit libiscsi-bin e2fsprogs curl; do
+# nbdfuse is part of libnbd-bin on Debian 12 (no package of its own); fuse3 brings fusermount.
+for p in qemu-utils libnbd-bin fio nbdkit libiscsi-bin e2fsprogs curl fuse2fs fuse3; do
   dpkg -s "$p" >/dev/null 2>&1 || need_pkgs+=("$p")
 done
 SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
@@ -36,7 +38,10 @@ extra_ver=$(dpkg-query -W -f='${Version}' qemu-block-extra 2>/dev/null || true)
 need_extra=0; [ "$qemu_ver" != "$extra_ver" ] && need_extra=1
 if [ ${#need_pkgs[@]} -gt 0 ] || [ $need_extra -eq 1 ]; then
   if [[ "$qemu_ver" == *bpo12* ]] && ! grep -rqs bookworm-backports /etc/apt/sources.list /etc/apt/sources.list.d/; then
-    echo "deb http://deb.debian.org/debian bookworm-backports main" | $SUDO tee /etc/apt/sources.list.d/bookworm-backports.list >/dev/null
+    # Backports from the archive the machine already uses for bookworm (its configured source).
+    archive=$(apt-get indextargets --format '$(REPO_URI) $(RELEASE)' | awk '$2 == "bookworm" {print $1; exit}')
+    [ -n "$archive" ] || { echo "no configured source for bookworm to take backports from" >&2; exit 1; }
+    echo "deb $archive bookworm-backports main" | $SUDO tee /etc/apt/sources.list.d/bookworm-backports.list >/dev/null
   fi
   $SUDO apt-get update -qq
   [ ${#need_pkgs[@]} -gt 0 ] && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_pkgs[@]}"
@@ -56,6 +61,9 @@ cargo test --workspace --release --no-run
 
 stage "tests"
 cargo test --workspace --release
+
+stage "README's first command from a fresh clone"
+scripts/readme-check.sh
 
 stage "iSCSI conformance (libiscsi)"
 MARINER_BIN=target/release/mariner scripts/iscsi-conformance.sh

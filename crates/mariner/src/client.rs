@@ -96,38 +96,48 @@ fn dechunk(mut b: &[u8]) -> Result<Vec<u8>, String> {
     }
 }
 
-/// Prints one volume or a list of them as a table.
+/// Prints one volume or a list of them as a table, the name column as wide as the longest
+/// name (names run to 64 characters).
 pub fn print_volumes(v: &Value) {
+    print!("{}", volume_table(v));
+}
+
+fn volume_table(v: &Value) -> String {
+    use std::fmt::Write;
     let rows: Vec<&Value> = match v {
         Value::Array(a) => a.iter().collect(),
         other => vec![other],
     };
-    println!(
-        "{:<20} {:>6} {:>12} {:>12} {:>6} {:>5}  STATE",
+    let name = |r: &Value| {
+        r.get("name")
+            .and_then(Value::as_str)
+            .unwrap_or("?")
+            .to_string()
+    };
+    let w = rows.iter().map(|r| name(r).len()).max().unwrap_or(0).max(4);
+    let mut out = format!(
+        "{:<w$} {:>6} {:>12} {:>12} {:>6} {:>5}  STATE\n",
         "NAME", "ID", "SIZE", "ALLOCATED", "BLOCK", "CONNS"
     );
     for r in rows {
         let n = |k: &str| r.get(k).and_then(Value::as_u64).unwrap_or(0);
+        let size = |k: &str| bytesize::ByteSize(n(k)).display().iec().to_string();
         let state = match r.get("read_only").and_then(Value::as_str) {
             Some(why) => format!("read-only: {why}"),
             None => "ok".to_string(),
         };
-        println!(
-            "{:<20} {:>6} {:>12} {:>12} {:>6} {:>5}  {state}",
-            r.get("name").and_then(Value::as_str).unwrap_or("?"),
+        let _ = writeln!(
+            out,
+            "{:<w$} {:>6} {:>12} {:>12} {:>6} {:>5}  {state}",
+            name(r),
             n("id"),
-            bytesize::ByteSize(n("size_bytes"))
-                .display()
-                .iec()
-                .to_string(),
-            bytesize::ByteSize(n("allocated_bytes"))
-                .display()
-                .iec()
-                .to_string(),
+            size("size_bytes"),
+            size("allocated_bytes"),
             n("block_size"),
             n("connections"),
         );
     }
+    out
 }
 
 #[cfg(test)]
@@ -143,5 +153,24 @@ mod tests {
         let (s, b) = parse_response(raw).unwrap();
         assert_eq!((s, b.as_slice()), (200, &b"abcde"[..]));
         assert!(parse_response(b"garbage").is_err());
+    }
+
+    #[test]
+    fn the_table_stays_aligned_with_long_names() {
+        let long = "n".repeat(64);
+        let v = serde_json::json!([
+            { "name": "a", "id": 1, "size_bytes": 1u64 << 30, "block_size": 512 },
+            { "name": long, "id": 2, "size_bytes": 1u64 << 40, "block_size": 4096,
+              "read_only": "set read-only by an operator" },
+        ]);
+        let table = volume_table(&v);
+        let lines: Vec<&str> = table.lines().collect();
+        assert_eq!(lines.len(), 3, "{table}");
+        // Every column after the name starts at the same place on every line.
+        let id_end = |l: &str| l.find(" ok").or_else(|| l.find(" read-only")).unwrap();
+        let header_state = lines[0].find(" STATE").unwrap();
+        assert_eq!(id_end(lines[1]), header_state, "{table}");
+        assert_eq!(id_end(lines[2]), header_state, "{table}");
+        assert!(lines[2].starts_with(&long));
     }
 }

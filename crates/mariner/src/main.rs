@@ -71,7 +71,7 @@ struct ServeArgs {
     #[arg(long = "log-dev")]
     log_dev: Vec<PathBuf>,
     /// Size of log files Mariner creates [default: 256MiB].
-    #[arg(long)]
+    #[arg(long, value_parser = parse_size, allow_hyphen_values = true)]
     log_size: Option<ByteSize>,
     /// Batching wait T_wait in microseconds [default: 50].
     #[arg(long)]
@@ -80,7 +80,7 @@ struct ServeArgs {
     #[arg(long)]
     direct_io: bool,
     /// Size of the default volume created in a new data directory [default: 1GiB].
-    #[arg(long)]
+    #[arg(long, value_parser = parse_size, allow_hyphen_values = true)]
     default_volume_size: Option<ByteSize>,
     /// Test only: hold unsynced writes in memory so kill -9 loses them.
     #[arg(long, hide = true)]
@@ -109,7 +109,7 @@ enum VolumeCmd {
     Create {
         name: String,
         /// Size, e.g. 10GiB.
-        #[arg(long)]
+        #[arg(long, value_parser = parse_size, allow_hyphen_values = true)]
         size: ByteSize,
         /// Logical block size in bytes: 512, 1024, 2048 or 4096 [default: the server's
         /// volume.block_size, 512]. Volumes with blocks under 4096 bytes report 4096-byte
@@ -140,7 +140,7 @@ enum VolumeCmd {
     Grow {
         name: String,
         /// New size, e.g. 20GiB.
-        #[arg(long)]
+        #[arg(long, value_parser = parse_size, allow_hyphen_values = true)]
         size: ByteSize,
         #[command(flatten)]
         target: Target,
@@ -201,11 +201,24 @@ fn main() -> ExitCode {
     }
 }
 
+/// A size argument: `10GiB`, `512MiB`, `4096`. Negative sizes get a message of their own
+/// rather than clap's "unexpected argument" (a leading `-` read as a flag).
+fn parse_size(s: &str) -> Result<ByteSize, String> {
+    if s.trim_start().starts_with('-') {
+        return Err(format!("{s:?}: a size cannot be negative"));
+    }
+    s.parse::<ByteSize>()
+        .map_err(|_| format!("{s:?} is not a size; write e.g. 4096, 512MiB, 20GiB or 1TiB"))
+}
+
 fn init_tracing(format: LogFormat) {
+    use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Colour only for a person at a terminal: a log file or journal gets plain text.
     let b = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => b.init(),
@@ -245,6 +258,8 @@ fn serve_config(a: &ServeArgs) -> Result<Config, String> {
     if a.test_fail_log_after.is_some() {
         cfg.test.fail_log_after = a.test_fail_log_after;
     }
+    // Before anything uses it: the runtime is built from `worker_threads`.
+    cfg.validate().map_err(|e| e.to_string())?;
     Ok(cfg)
 }
 

@@ -276,7 +276,7 @@ fn nbdinfo_reports_geometry_and_allocation_map() {
         assert_eq!(info[flag], true, "{flag}: {info}");
     }
     assert_eq!(info["is_read_only"], false, "{info}");
-    assert_eq!(info["block_size_minimum"].as_u64(), Some(512), "{info}");
+    assert_eq!(info["block_size_minimum"].as_u64(), Some(1), "{info}");
     assert_eq!(info["block_size_preferred"].as_u64(), Some(4096), "{info}");
     let max = info["block_size_maximum"].as_u64().unwrap();
     assert!(

@@ -200,6 +200,9 @@ impl Default for IscsiConfig {
     }
 }
 
+/// The shortest CHAP secret accepted, in bytes.
+pub const MIN_CHAP_SECRET: usize = 12;
+
 impl IscsiTargetConfig {
     fn validate(&self, volume: &str) -> Result<(), NodeError> {
         let bad = |m: &str| Err(NodeError::Config(format!("iscsi.targets.{volume}: {m}")));
@@ -223,6 +226,14 @@ impl IscsiTargetConfig {
         .any(empty)
         {
             return bad("CHAP names and secrets must not be empty");
+        }
+        // RFC 7143 §9.2.1: CHAP secrets of fewer than 96 bits must not be used (without
+        // IPsec, which Mariner does not run): an eavesdropper can search them off-line.
+        let short = |v: &Option<String>| v.as_deref().is_some_and(|s| s.len() < MIN_CHAP_SECRET);
+        if short(&self.chap_secret) || short(&self.mutual_secret) {
+            return bad(&format!(
+                "CHAP secrets must be at least {MIN_CHAP_SECRET} bytes (96 bits, RFC 7143 §9.2.1)"
+            ));
         }
         if self.chap_secret.is_some() && self.chap_secret == self.mutual_secret {
             // RFC 7143 §12.1.3: the secrets of the two directions must differ.
@@ -404,6 +415,11 @@ mod tests {
         .unwrap();
         assert_eq!(c.iscsi.targets["vol0"].initiators, ["iqn.x:a"]);
         c.validate().unwrap();
+        let short: Config =
+            toml::from_str("[iscsi.targets.v]\nchap_user = \"u\"\nchap_secret = \"elevenchars\"\n")
+                .unwrap();
+        let err = short.validate().unwrap_err().to_string();
+        assert!(err.contains("at least 12 bytes"), "{err}");
         let half: Config = toml::from_str("[iscsi.targets.v]\nchap_user = \"u\"\n").unwrap();
         assert!(half.validate().is_err());
         let mutual_only: Config =

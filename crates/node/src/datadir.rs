@@ -64,6 +64,13 @@ pub struct DataDir {
 impl DataDir {
     /// Creates the directory if needed and takes its lock.
     pub fn open(root: &Path) -> Result<Self, NodeError> {
+        if root.exists() && !root.is_dir() {
+            return Err(NodeError::Config(format!(
+                "{} is not a directory: the data directory must be a directory (it is created \
+                 if absent)",
+                root.display()
+            )));
+        }
         fs::create_dir_all(root).map_err(|e| io_at(root, e))?;
         let lock_path = root.join("lock");
         let lock = File::options()
@@ -242,6 +249,15 @@ mod tests {
         assert!(matches!(DataDir::open(d.path()), Err(NodeError::Locked(_))));
         drop(a);
         DataDir::open(d.path()).unwrap();
+    }
+
+    #[test]
+    fn a_file_is_not_taken_for_a_data_directory() {
+        let d = tempfile::tempdir().unwrap();
+        let file = d.path().join("file");
+        fs::write(&file, b"x").unwrap();
+        let err = DataDir::open(&file).unwrap_err().to_string();
+        assert!(err.contains("is not a directory"), "{err}");
     }
 
     #[test]

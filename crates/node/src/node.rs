@@ -141,10 +141,12 @@ impl Node {
             admin: Mutex::new(()),
         });
         if fresh && !node.cfg.volume.default_name.is_empty() {
+            // create_volume warns about overcommit itself.
             let name = node.cfg.volume.default_name.clone();
             node.create_volume(&name, node.cfg.volume.default_size.as_u64(), None)?;
+        } else {
+            node.warn_overcommit();
         }
-        node.warn_overcommit();
         Ok(node)
     }
 

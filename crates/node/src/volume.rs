@@ -35,10 +35,11 @@ pub struct Volume {
     store: Arc<Store>,
     /// Set by delete: a client that opened the volume just before cannot write into nothing.
     deleted: AtomicBool,
-    /// Makes COMPARE AND WRITE and ORWRITE atomic against every other writer, NBD included:
-    /// ordinary writes, trims and write-zeroes hold it shared until durable, a read-modify-write
-    /// holds it exclusively across its read and write. Shared acquisition is one atomic
-    /// operation while no read-modify-write is waiting.
+    /// Makes COMPARE AND WRITE, ORWRITE and NBD writes, trims and write-zeroes of partial
+    /// blocks atomic against every other writer: block-aligned writes, trims and write-zeroes
+    /// hold it shared until durable, a read-modify-write holds it exclusively across its read
+    /// and write. Shared acquisition is one atomic operation while no read-modify-write is
+    /// waiting.
     writers: tokio::sync::RwLock<()>,
     /// SCSI reservations, shared by every iSCSI session of the volume; NBD writes are refused
     /// while they exclude initiators that are not registered.
@@ -152,23 +153,21 @@ impl Volume {
     }
 
     /// Checks a request's range (and, for a write, that the volume is writable); returns the
-    /// volume's id.
+    /// volume's id and block size. Any byte range inside the volume passes: the callers that
+    /// need whole blocks check [`Checked::aligned`].
     fn check(&self, offset: u64, len: u64, writing: bool) -> Result<Checked, ExportError> {
         if self.deleted.load(Relaxed) {
             return Err(ExportError::Shutdown);
         }
-        let (id, size, bs, read_only) =
+        let (id, size, block, read_only) =
             self.with_meta(|m| (m.id, m.size_bytes, u64::from(m.block_size), m.read_only));
         if offset.checked_add(len).is_none_or(|end| end > size) {
             return Err(ExportError::OutOfRange);
         }
-        if !offset.is_multiple_of(bs) || !len.is_multiple_of(bs) {
-            return Err(ExportError::Invalid);
-        }
         if writing && (read_only || self.failure().is_some()) {
             return Err(ExportError::ReadOnly);
         }
-        Ok(Checked { id })
+        Ok(Checked { id, block })
     }
 
     async fn append(&self, entry: Entry) -> Result<(), ExportError> {
@@ -180,9 +179,13 @@ impl Volume {
         })
     }
 
-    /// Appends a payload-free record, split so each fits a u32 length.
+    /// Appends a payload-free record over whole blocks, split so each fits a u32 length.
     async fn extent(&self, kind: RecordKind, offset: u64, len: u64) -> Result<(), ExportError> {
-        let id = self.with_meta(|m| m.id);
+        let m = self.check(offset, len, true)?;
+        if !m.aligned(offset, len) {
+            return Err(ExportError::Invalid);
+        }
+        let id = m.id;
         let chunk = 1u64 << 30;
         let mut done = 0;
         while done < len {
@@ -207,17 +210,60 @@ impl Volume {
         Ok(data)
     }
 
+    /// Writes `data` at `offset`, durably. Whole blocks go straight to the log; a write that
+    /// starts or ends inside a block is a read-modify-write of the blocks it covers
+    /// ([`Volume::patch`]).
     pub async fn write_bytes(&self, offset: u64, data: Bytes) -> Result<(), ExportError> {
-        let _shared = self.writers.read().await;
-        self.write_locked(offset, data).await
+        let len = data.len() as u64;
+        {
+            let _shared = self.writers.read().await;
+            let m = self.check(offset, len, true)?;
+            if m.aligned(offset, len) {
+                return self.write_checked(m, offset, data).await;
+            }
+        }
+        self.patch(offset, len, |bytes| bytes.copy_from_slice(&data))
+            .await?;
+        self.count_write(len);
+        Ok(())
     }
 
     /// Deallocates a range (a trim record): it reads as zeros and costs no space once applied.
+    /// The bytes of a partial block at either end are written as zeros instead, so the whole
+    /// range reads as zeros whatever its alignment (a client such as nbdfuse turns a file's
+    /// `fallocate(PUNCH_HOLE)`, which promises zeros, into a trim).
     pub async fn trim_bytes(&self, offset: u64, len: u64) -> Result<(), ExportError> {
         self.check(offset, len, true)?;
-        let _shared = self.writers.read().await;
         self.stats.trims.fetch_add(1, Relaxed);
-        self.extent(RecordKind::Trim, offset, len).await
+        self.zero(RecordKind::Trim, offset, len).await
+    }
+
+    /// Zeroes `[offset, offset + len)` with `kind` records (trim or write-zeroes) over the
+    /// whole blocks inside it and read-modify-writes of the partial blocks at its ends.
+    async fn zero(&self, kind: RecordKind, offset: u64, len: u64) -> Result<(), ExportError> {
+        let m = self.check(offset, len, true)?;
+        if m.aligned(offset, len) {
+            let _shared = self.writers.read().await;
+            return self.extent(kind, offset, len).await;
+        }
+        let end = offset + len;
+        let (inner_start, inner_end) = (offset.next_multiple_of(m.block), end / m.block * m.block);
+        let _exclusive = self.writers.write().await;
+        if inner_start >= inner_end {
+            // No whole block inside: one record for the one or two blocks it touches.
+            return self.patch_locked(m, offset, len, |b| b.fill(0)).await;
+        }
+        if offset < inner_start {
+            self.patch_locked(m, offset, inner_start - offset, |b| b.fill(0))
+                .await?;
+        }
+        self.extent(kind, inner_start, inner_end - inner_start)
+            .await?;
+        if inner_end < end {
+            self.patch_locked(m, inner_end, end - inner_end, |b| b.fill(0))
+                .await?;
+        }
+        Ok(())
     }
 
     /// Atomically against every other writer of the volume: if the bytes at `offset` equal
@@ -272,20 +318,93 @@ impl Volume {
         Ok(result)
     }
 
-    /// Writes with `writers` already held by the caller.
+    /// Writes whole blocks with `writers` already held by the caller.
     async fn write_locked(&self, offset: u64, data: Bytes) -> Result<(), ExportError> {
         let m = self.check(offset, data.len() as u64, true)?;
-        let max = self.log.max_payload() as usize;
-        // Each request is one record (atomic) when it fits; larger ones are split. An empty
-        // write has nothing to make durable.
-        for at in (0..data.len()).step_by(max.max(1)) {
+        self.write_checked(m, offset, data).await
+    }
+
+    /// [`Volume::write_locked`] of a range [`Volume::check`] passed.
+    async fn write_checked(&self, m: Checked, offset: u64, data: Bytes) -> Result<(), ExportError> {
+        let len = data.len() as u64;
+        self.append_blocks(m, offset, data).await?;
+        self.count_write(len);
+        Ok(())
+    }
+
+    fn count_write(&self, len: u64) {
+        self.stats.writes.fetch_add(1, Relaxed);
+        self.stats.write_bytes.fetch_add(len, Relaxed);
+    }
+
+    /// Appends write records of whole blocks, `writers` held by the caller. Records are
+    /// always block-aligned, so the log, the store and recovery never see a partial block.
+    async fn append_blocks(&self, m: Checked, offset: u64, data: Bytes) -> Result<(), ExportError> {
+        if !m.aligned(offset, data.len() as u64) {
+            return Err(ExportError::Invalid);
+        }
+        // Each request is one record (atomic) when it fits; larger ones are split at block
+        // boundaries. An empty write has nothing to make durable.
+        let max = (u64::from(self.log.max_payload()) / m.block * m.block).max(m.block) as usize;
+        for at in (0..data.len()).step_by(max) {
             let part = data.slice(at..data.len().min(at + max));
             self.append(Entry::write(m.id, offset + at as u64, part))
                 .await?;
         }
-        self.stats.writes.fetch_add(1, Relaxed);
-        self.stats.write_bytes.fetch_add(data.len() as u64, Relaxed);
         Ok(())
+    }
+
+    /// Changes `[offset, offset + len)`, which starts or ends inside a block, with every other
+    /// writer (NBD and iSCSI) held off from the read of the blocks it covers until their write
+    /// is durable, so a concurrent write of the same blocks is never lost to a stale copy.
+    async fn patch(
+        &self,
+        offset: u64,
+        len: u64,
+        change: impl FnOnce(&mut [u8]),
+    ) -> Result<(), ExportError> {
+        let m = self.check(offset, len, true)?;
+        let _exclusive = self.writers.write().await;
+        self.patch_locked(m, offset, len, change).await
+    }
+
+    /// [`Volume::patch`] with `writers` held exclusively by the caller: reads the partial
+    /// blocks at the ends of the range (the whole blocks between are overwritten, so they are
+    /// not read), lets `change` rewrite the range's bytes, and writes the covering blocks
+    /// back: one record, as for any write, when they fit in the log's largest record.
+    async fn patch_locked(
+        &self,
+        m: Checked,
+        offset: u64,
+        len: u64,
+        change: impl FnOnce(&mut [u8]),
+    ) -> Result<(), ExportError> {
+        let (start, end) = m.covering(offset, len);
+        let (id, block) = (m.id, m.block);
+        // Only the first and the last block can hold bytes outside the range.
+        let partial = |at: u64| offset > at || offset + len < at + block;
+        let mut edges = vec![start, end - block];
+        edges.dedup();
+        edges.retain(|&at| partial(at));
+        let store = Arc::clone(&self.store);
+        let read = tokio::task::spawn_blocking(move || {
+            let mut blocks = vec![0u8; (end - start) as usize];
+            for at in edges {
+                let from = (at - start) as usize;
+                let bytes = store.read(id, at, block)?;
+                blocks[from..from + block as usize].copy_from_slice(&bytes);
+            }
+            Ok::<_, StoreError>(blocks)
+        })
+        .await;
+        let mut blocks = read
+            .map_err(|e| ExportError::Io(e.to_string()))?
+            .map_err(store_error)?;
+        let from = (offset - start) as usize;
+        change(&mut blocks[from..from + len as usize]);
+        let covering = self.check(start, end - start, true)?;
+        self.append_blocks(covering, start, Bytes::from(blocks))
+            .await
     }
 }
 
@@ -324,6 +443,22 @@ impl Volume {
 #[derive(Debug, Clone, Copy)]
 struct Checked {
     id: u32,
+    /// The volume's logical block size in bytes.
+    block: u64,
+}
+
+impl Checked {
+    /// Whether `[offset, offset + len)` is made of whole blocks.
+    fn aligned(&self, offset: u64, len: u64) -> bool {
+        offset.is_multiple_of(self.block) && len.is_multiple_of(self.block)
+    }
+
+    /// The whole blocks covering `[offset, offset + len)`, a range [`Volume::check`] passed
+    /// (the volume's size is a multiple of the block, so they lie inside it).
+    fn covering(&self, offset: u64, len: u64) -> (u64, u64) {
+        let start = offset / self.block * self.block;
+        (start, (offset + len).next_multiple_of(self.block))
+    }
 }
 
 fn log_error(e: LogError) -> ExportError {
@@ -349,7 +484,10 @@ impl Export for Volume {
             name: m.name.clone(),
             description: format!("Mariner volume {} ({} bytes)", m.name, m.size_bytes),
             size_bytes: m.size_bytes,
-            block_size_min: m.block_size,
+            // Any byte range is served (a partial block costs a read-modify-write), so
+            // clients send small writes as they are instead of padding them, and clients
+            // that cannot pad (nbdfuse) work at all.
+            block_size_min: 1,
             block_size_preferred: PAGE_BYTES.max(m.block_size),
             max_payload_bytes: self.max_io_bytes() as u32,
             read_only: self.read_only_reason().is_some(),
@@ -395,8 +533,7 @@ impl Export for Volume {
     ) -> Result<(), ExportError> {
         self.check(offset, u64::from(len), true)?;
         self.nbd_may_write()?;
-        let _shared = self.writers.read().await;
-        self.extent(RecordKind::WriteZeroes, offset, u64::from(len))
+        self.zero(RecordKind::WriteZeroes, offset, u64::from(len))
             .await
     }
 
