@@ -21,6 +21,8 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
+use mariner_limits::Limits;
+
 use crate::login::{Established, Login, Next, SessionKind};
 use crate::params::TargetLimits;
 use crate::pdu::{Decoder, Digests, Pdu, PduError};
@@ -28,12 +30,15 @@ use crate::session::Session;
 use crate::targets::Targets;
 
 /// Settings of the server.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct ServerConfig {
     /// Our negotiation limits.
     pub limits: TargetLimits,
     /// Time a client gets to finish logging in.
     pub login_timeout: Duration,
+    /// Node-wide caps shared with the node's other front ends; a connection beyond
+    /// `max_connections` is closed as soon as it is accepted (default: none).
+    pub node_limits: Limits,
 }
 
 impl Default for ServerConfig {
@@ -41,6 +46,7 @@ impl Default for ServerConfig {
         Self {
             limits: TargetLimits::default(),
             login_timeout: Duration::from_secs(30),
+            node_limits: Limits::default(),
         }
     }
 }
@@ -60,6 +66,12 @@ pub enum ConnectionError {
     /// Login took too long.
     #[error("login timed out")]
     LoginTimeout,
+    /// A command's data did not arrive in time while it held payload budget.
+    #[error("command data not received within {0:?} (limits.payload_timeout_ms); closing")]
+    PayloadTimeout(Duration),
+    /// The initiator took no response in time while responses held payload budget.
+    #[error("initiator took no response within {0:?} (limits.payload_timeout_ms); closing")]
+    ReplyTimeout(Duration),
 }
 
 /// Serves iSCSI on `listener` until `shutdown` completes.
@@ -78,18 +90,29 @@ pub async fn serve(
             () = &mut shutdown => break,
             accepted = listener.accept() => {
                 let (stream, peer) = accepted?;
-                let targets = targets.clone();
+                // Beyond the node's connection cap the socket is closed at once (logged).
+                let Some(slot) = config.node_limits.admit("iSCSI", peer) else { continue };
+                let (targets, config) = (targets.clone(), config.clone());
                 let mut stop = stop_rx.clone();
                 let handle = tsih.fetch_add(1, Ordering::Relaxed).max(1);
                 tokio::spawn(async move {
                     tokio::select! {
                         r = serve_connection(stream, targets, config, portal, handle) => {
-                            if let Err(e) = r {
-                                tracing::debug!(%peer, error = %e, "iSCSI connection ended");
+                            match r {
+                                Ok(()) => {}
+                                // A stalled initiator held payload budget others wait for.
+                                Err(e @ (ConnectionError::PayloadTimeout(_)
+                                | ConnectionError::ReplyTimeout(_))) => {
+                                    tracing::warn!(%peer, "iSCSI connection closed: {e}");
+                                }
+                                Err(e) => {
+                                    tracing::debug!(%peer, error = %e, "iSCSI connection ended");
+                                }
                             }
                         }
                         _ = stop.changed() => {}
                     }
+                    drop(slot);
                 });
             }
         }
@@ -134,7 +157,7 @@ pub async fn serve_connection(
         SessionKind::Normal(t) => Some(targets.hold(t)),
         SessionKind::Discovery => None,
     };
-    let mut session = Session::new(*est, targets, portal);
+    let mut session = Session::new(*est, targets, portal, config.node_limits.clone());
     session.run(&mut stream, &mut io).await
 }
 

@@ -10,11 +10,14 @@ use std::sync::Arc;
 use futures_util::future::{AbortHandle, Abortable};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use futures_util::FutureExt;
+use mariner_limits::{Limits, PayloadShare};
 use mariner_scsi::{Asc, Lun, Nexus, Sense, SenseKey, Status};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 
+use crate::admission::{self, Admission};
 use crate::login::{Established, SessionKind, CMD_WINDOW};
 use crate::params::SessionParams;
 use crate::pdu::{Opcode, Pdu, RESERVED_TAG};
@@ -55,6 +58,16 @@ struct PendingWrite {
     /// A Data-Out broke the sequence: the command fails once the initiator has sent the
     /// rest of the outstanding burst.
     broken: bool,
+    /// Its share of the node's payload budget, and when its data must be in by.
+    share: Option<PayloadShare>,
+    deadline: Instant,
+}
+
+/// A request that arrived ahead of ExpCmdSN, with the payload budget it already holds.
+struct Held {
+    pdu: Pdu,
+    share: Option<PayloadShare>,
+    since: Instant,
 }
 
 /// A task running on the LUN. `tag` tells its completion apart from that of an aborted
@@ -88,7 +101,9 @@ pub(crate) struct Session {
     running: HashMap<u32, Running>,
     /// Non-immediate requests that arrived ahead of ExpCmdSN, by CmdSN; `None` marks a CmdSN
     /// an ABORT TASK consumed before its command arrived.
-    held: HashMap<u32, Option<Pdu>>,
+    held: HashMap<u32, Option<Held>>,
+    /// The node's caps: payload budget and the payload time-out.
+    limits: Limits,
     next_tag: u64,
     /// Tasks started since the loop last collected them into the set it polls.
     started: Vec<TaskFuture>,
@@ -131,7 +146,12 @@ impl Drop for Session {
 }
 
 impl Session {
-    pub(crate) fn new(est: Established, targets: Arc<dyn Targets>, portal: SocketAddr) -> Self {
+    pub(crate) fn new(
+        est: Established,
+        targets: Arc<dyn Targets>,
+        portal: SocketAddr,
+        limits: Limits,
+    ) -> Self {
         let (done_tx, done_rx) = mpsc::unbounded_channel();
         Self {
             kind: est.kind,
@@ -144,6 +164,7 @@ impl Session {
             pending: HashMap::new(),
             running: HashMap::new(),
             held: HashMap::new(),
+            limits,
             next_tag: 0,
             started: Vec::new(),
             done_tx,
@@ -205,8 +226,10 @@ impl Session {
         // completed command adds to it, and a fresh vector per round and per completion were
         // a good part of the session's allocations.
         let mut out: Vec<Pdu> = Vec::new();
+        let mut admission = Admission::new(self.limits.clone());
         loop {
             out.clear();
+            let deadline = self.payload_deadline();
             let mut close = tokio::select! {
                 Some(done) = tasks.next(), if !tasks.is_empty() => {
                     self.completed(done, &mut out);
@@ -217,14 +240,20 @@ impl Session {
                     out.extend(more);
                     c
                 }
+                (req, share) = admission.next() => {
+                    let (more, c) = self.handle(req, share);
+                    out.extend(more);
+                    c
+                }
                 req = io.read(&mut rd) => match req? {
-                    Some(req) => {
-                        let (more, c) = self.handle(req);
-                        out.extend(more);
-                        c
-                    }
+                    Some(req) => self.arrive(&mut admission, req, &mut out)?,
                     None => return Ok(()),
                 },
+                () = tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)),
+                    if deadline.is_some() =>
+                {
+                    return Err(ConnectionError::PayloadTimeout(self.limits.payload_timeout()));
+                }
             };
             // Whatever else is ready now goes out in the same write: a log batch completes
             // many commands at once, and one segment carrying all their responses costs the
@@ -244,17 +273,53 @@ impl Session {
                     close = c;
                     continue;
                 }
+                if let Some((req, share)) = admission.next_now() {
+                    let (more, c) = self.handle(req, share);
+                    out.extend(more);
+                    close = c;
+                    continue;
+                }
                 let Some(req) = io.decoded()? else { break };
-                let (more, c) = self.handle(req);
-                out.extend(more);
-                close = c;
+                close = self.arrive(&mut admission, req, &mut out)?;
             }
-            io.write(&mut wr, &out).await?;
+            // Replies hold payload budget (and the tasks behind them theirs): a client that
+            // takes none must not keep it forever.
+            let stall = self.limits.payload_timeout();
+            tokio::time::timeout(stall, io.write(&mut wr, &out))
+                .await
+                .map_err(|_| ConnectionError::ReplyTimeout(stall))??;
             if close {
                 wr.shutdown().await.ok();
                 return Ok(());
             }
         }
+    }
+
+    /// Takes in a PDU read from the connection; a SCSI command that moves data first gets its
+    /// share of the payload budget (or waits in `admission`). Returns whether to close.
+    fn arrive(
+        &mut self,
+        admission: &mut Admission,
+        req: Pdu,
+        out: &mut Vec<Pdu>,
+    ) -> Result<bool, ConnectionError> {
+        match admission.offer(req).map_err(ConnectionError::Protocol)? {
+            Some((req, share)) => {
+                let (more, close) = self.handle(req, share);
+                out.extend(more);
+                Ok(close)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// When the earliest request holding payload budget must have its data: a write waiting
+    /// for Data-Out, or a command held for a CmdSN gap.
+    fn payload_deadline(&self) -> Option<Instant> {
+        let timeout = self.limits.payload_timeout();
+        let pending = self.pending.values().map(|w| w.deadline);
+        let held = self.held.values().flatten().filter(|h| h.share.is_some());
+        pending.chain(held.map(|h| h.since + timeout)).min()
     }
 
     /// Adds the PDUs for a task that ended to `out`: none when it was aborted.
@@ -266,9 +331,9 @@ impl Session {
 
     /// Delivers `req` in CmdSN order (immediate requests at once); returns the PDUs to send
     /// and whether to close.
-    fn handle(&mut self, req: Pdu) -> (Vec<Pdu>, bool) {
+    fn handle(&mut self, req: Pdu, share: Option<PayloadShare>) -> (Vec<Pdu>, bool) {
         if !ordered(req.opcode()) || req.immediate() {
-            return self.dispatch(req);
+            return self.dispatch(req, share);
         }
         let sn = req.u32_at(24);
         let ahead = sn.wrapping_sub(self.exp_cmd_sn);
@@ -281,11 +346,16 @@ impl Session {
             return (Vec::new(), false);
         }
         if ahead > 0 {
-            self.held.entry(sn).or_insert(Some(req));
+            let since = Instant::now();
+            self.held.entry(sn).or_insert(Some(Held {
+                pdu: req,
+                share,
+                since,
+            }));
             return (Vec::new(), false);
         }
         self.exp_cmd_sn = self.exp_cmd_sn.wrapping_add(1);
-        let (mut out, close) = self.dispatch(req);
+        let (mut out, close) = self.dispatch(req, share);
         if close {
             return (out, true);
         }
@@ -299,8 +369,8 @@ impl Session {
         let mut out = Vec::new();
         while let Some(next) = self.held.remove(&self.exp_cmd_sn) {
             self.exp_cmd_sn = self.exp_cmd_sn.wrapping_add(1);
-            let Some(req) = next else { continue };
-            let (more, close) = self.dispatch(req);
+            let Some(held) = next else { continue };
+            let (more, close) = self.dispatch(held.pdu, held.share);
             out.extend(more);
             if close {
                 return (out, true);
@@ -309,10 +379,10 @@ impl Session {
         (out, false)
     }
 
-    fn dispatch(&mut self, req: Pdu) -> (Vec<Pdu>, bool) {
+    fn dispatch(&mut self, req: Pdu, share: Option<PayloadShare>) -> (Vec<Pdu>, bool) {
         match req.opcode() {
             Opcode::NopOut => (self.nop(&req), false),
-            Opcode::ScsiCommand => (self.scsi_command(req), false),
+            Opcode::ScsiCommand => (self.scsi_command(req, share), false),
             Opcode::DataOut => self.data_out(req),
             Opcode::TaskMgmtRequest => self.task_mgmt(&req),
             Opcode::TextRequest => (self.text(&req), false),
@@ -361,23 +431,33 @@ impl Session {
         self.pending.contains_key(&itt) || self.running.contains_key(&itt)
     }
 
-    fn scsi_command(&mut self, mut req: Pdu) -> Vec<Pdu> {
+    fn scsi_command(&mut self, mut req: Pdu, share: Option<PayloadShare>) -> Vec<Pdu> {
         if self.lun().is_none() || self.busy(req.itt()) {
             return vec![self.reject(&req, if self.busy(req.itt()) { 0x09 } else { 0x05 })];
+        }
+        if admission::oversized_write(&req) {
+            // No data-out buffer of whatever size the initiator names (unsolicited Data-Out
+            // that may follow is discarded: the task is unknown).
+            let sense = Sense::new(SenseKey::IllegalRequest, Asc::INVALID_FIELD_IN_COMMAND_IU);
+            let status = Status::CheckCondition;
+            return vec![self.response(req.itt(), status, Some(&sense), 0, 0)];
         }
         let mut cdb = [0u8; 16];
         cdb.copy_from_slice(&req.bhs[32..48]);
         let edtl = req.u32_at(20);
         let write = req.flags() & 0x20 != 0;
         if !write || edtl == 0 {
-            self.start(Command {
-                itt: req.itt(),
-                lun_id: req.lun(),
-                cdb,
-                edtl,
-                data: Vec::new(),
-                write,
-            });
+            self.start(
+                Command {
+                    itt: req.itt(),
+                    lun_id: req.lun(),
+                    cdb,
+                    edtl,
+                    data: Vec::new(),
+                    write,
+                },
+                share,
+            );
             return Vec::new();
         }
         if req.data.len() > edtl as usize || (!req.data.is_empty() && !self.params.immediate_data) {
@@ -400,6 +480,8 @@ impl Session {
             data_sn: 0,
             epoch: self.lun().map_or(0, |lun| lun.unit().epoch()),
             broken: false,
+            share,
+            deadline: Instant::now() + self.limits.payload_timeout(),
         };
         // Unsolicited Data-Out may follow up to FirstBurstLength unless InitialR2T=Yes.
         let unsolicited_end = if self.params.initial_r2t || !req.is_final() {
@@ -435,20 +517,24 @@ impl Session {
             // A reset from another session aborted the command while its data arrived.
             return;
         }
-        self.start(Command {
-            itt,
-            lun_id: task.lun,
-            cdb: task.cdb,
-            edtl: task.edtl,
-            data: std::mem::take(&mut task.data),
-            write: true,
-        });
+        let share = task.share.take();
+        self.start(
+            Command {
+                itt,
+                lun_id: task.lun,
+                cdb: task.cdb,
+                edtl: task.edtl,
+                data: std::mem::take(&mut task.data),
+                write: true,
+            },
+            share,
+        );
     }
 
     /// Runs `cmd` as a task of this session, in the unit's task set: an ABORT TASK or a
     /// reset of this session aborts it through its handle, a reset from another session
-    /// through its ticket.
-    fn start(&mut self, cmd: Command) {
+    /// through its ticket. The task holds `share` of the payload budget until it ends.
+    fn start(&mut self, cmd: Command, share: Option<PayloadShare>) {
         let Some(lun) = self.lun() else { return };
         let tag = self.next_tag;
         self.next_tag += 1;
@@ -457,6 +543,7 @@ impl Session {
         let mut ticket = lun.unit().enter();
         let (abort, registration) = AbortHandle::new_pair();
         let run = async move {
+            let _share = share;
             let completion = tokio::select! {
                 c = task::run(lun, nexus, cmd) => c,
                 () = ticket.aborted() => return None,

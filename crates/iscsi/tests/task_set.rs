@@ -423,3 +423,185 @@ async fn a_logout_right_after_a_lun_reset_is_answered_after_the_reset() {
         (Opcode::LogoutResponse, 102)
     );
 }
+
+/// A server whose node-wide caps are `limits` (plain memory LUN of 64 blocks).
+async fn start_limited(limits: mariner_limits::Limits) -> std::net::SocketAddr {
+    let targets = Arc::new(MemoryTargets::new());
+    targets.add(Target {
+        iqn: IQN.into(),
+        lun: Arc::new(Lun::new(Arc::new(MemoryBackend::new("l", 512, 64)))),
+        chap: None,
+        allowed_initiators: Vec::new(),
+    });
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let config = ServerConfig {
+        node_limits: limits,
+        ..ServerConfig::default()
+    };
+    tokio::spawn(serve(listener, targets, config, std::future::pending()));
+    addr
+}
+
+fn caps(max_connections: u32, bytes: u32, timeout_ms: u64) -> mariner_limits::Limits {
+    mariner_limits::Limits::new(mariner_limits::LimitsConfig {
+        max_connections,
+        max_in_flight_bytes: bytes,
+        payload_timeout: Duration::from_millis(timeout_ms),
+    })
+}
+
+/// The server closes the connection (EOF or reset) within 10 s.
+async fn assert_closed(s: &mut TcpStream) {
+    let mut buf = [0u8; 512];
+    loop {
+        let read = tokio::time::timeout(Duration::from_secs(10), s.read(&mut buf)).await;
+        match read.expect("the connection was not closed") {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+    }
+}
+
+/// Sends the Data-Out for an R2T of `blocks` blocks.
+async fn answer_r2t(c: &mut Client, r2t: &Pdu, blocks: u32) {
+    assert_eq!(r2t.opcode(), Opcode::R2t);
+    for b in 0..blocks {
+        let out = Client::data_out(r2t.itt(), r2t.u32_at(20), b, b * 512, b + 1 == blocks);
+        c.send(&out).await;
+    }
+}
+
+#[tokio::test]
+async fn writes_of_two_sessions_never_hold_more_than_the_node_budget() {
+    let limits = caps(16, 4 * 512, 60_000);
+    let addr = start_limited(limits.clone()).await;
+    let mut a = Client::login_as(addr, 1).await;
+    let mut b = Client::login_as(addr, 2).await;
+    // A's write takes the whole budget and waits for its data.
+    let wa = a.write10(1, 4);
+    a.send(&wa).await;
+    let r2t_a = a.recv().await;
+    assert_eq!(limits.in_flight_bytes(), 4 * 512);
+    // B's write waits for budget: no R2T yet.
+    let wb = b.write10(1, 1);
+    b.send(&wb).await;
+    b.quiet(300).await;
+    // A's data: A completes, and B gets its R2T.
+    answer_r2t(&mut a, &r2t_a, 4).await;
+    assert_eq!(a.response().await, (1, 0));
+    let r2t_b = b.recv().await;
+    answer_r2t(&mut b, &r2t_b, 1).await;
+    assert_eq!(b.response().await, (1, 0));
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while limits.in_flight_bytes() != 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("budget released");
+}
+
+#[tokio::test]
+async fn a_write_whose_data_never_comes_loses_its_budget_after_the_timeout() {
+    let limits = caps(16, 4 * 512, 300);
+    let addr = start_limited(limits.clone()).await;
+    let mut stalled = Client::login_as(addr, 1).await;
+    let w = stalled.write10(1, 4);
+    stalled.send(&w).await;
+    assert_eq!(stalled.recv().await.opcode(), Opcode::R2t);
+    let mut other = Client::login_as(addr, 2).await;
+    let w = other.write10(1, 2);
+    other.send(&w).await;
+    let r2t = other.recv().await;
+    answer_r2t(&mut other, &r2t, 2).await;
+    assert_eq!(other.response().await, (1, 0));
+    assert_closed(&mut stalled.s).await;
+}
+
+#[tokio::test]
+async fn a_write_above_32_mib_is_refused_without_a_buffer() {
+    let addr = start_limited(caps(16, 1 << 20, 60_000)).await;
+    let mut c = Client::login(addr).await;
+    let mut w = c.write10(1, 1);
+    w.set_u32(20, 64 << 20);
+    c.send(&w).await;
+    let r = c.response_pdu().await;
+    assert_eq!((r.itt(), r.bhs[3]), (1, 0x02), "CHECK CONDITION");
+    assert_eq!(r.data[4] & 0x0f, 0x05, "ILLEGAL REQUEST");
+    // The session goes on.
+    assert_eq!(c.test_unit_ready(2).await.0, 0);
+}
+
+#[tokio::test]
+async fn connections_beyond_the_cap_are_closed() {
+    let limits = caps(1, 1 << 20, 60_000);
+    let addr = start_limited(limits.clone()).await;
+    let mut c = Client::login(addr).await;
+    let mut refused = TcpStream::connect(addr).await.unwrap();
+    assert_closed(&mut refused).await;
+    assert_eq!(limits.refused_total(), 1);
+    assert_eq!(c.test_unit_ready(1).await.0, 0);
+}
+
+/// Logs in like [`Client::login_as`], offering InitialR2T=No: writes may send an unsolicited
+/// burst of Data-Out.
+async fn login_unsolicited(addr: std::net::SocketAddr, isid: u8) -> Client {
+    let s = TcpStream::connect(addr).await.unwrap();
+    let mut c = Client {
+        s,
+        buf: Vec::new(),
+        decoder: Decoder::new(1 << 20),
+        cmd_sn: 1,
+    };
+    let mut p = Pdu::new(Opcode::LoginRequest);
+    p.bhs[0] |= 0x40;
+    p.bhs[1] = 0x87;
+    p.bhs[8] = 0x80;
+    p.bhs[13] = isid;
+    p.set_u32(24, 1);
+    let keys = [
+        ("InitiatorName", "iqn.init"),
+        ("TargetName", IQN),
+        ("InitialR2T", "No"),
+    ];
+    let owned: Vec<(String, String)> = keys
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    p.data = text::encode(&owned);
+    c.send(&p).await;
+    let r = c.recv().await;
+    assert_eq!((r.bhs[36], r.bhs[37]), (0, 0), "login refused");
+    let answers = text::parse(&r.data).unwrap();
+    assert!(
+        answers.iter().any(|(k, v)| k == "InitialR2T" && v == "No"),
+        "{answers:?}"
+    );
+    c
+}
+
+#[tokio::test]
+async fn unsolicited_data_out_waits_behind_its_command_for_the_budget() {
+    let limits = caps(16, 4 * 512, 60_000);
+    let addr = start_limited(limits.clone()).await;
+    let mut a = Client::login_as(addr, 1).await;
+    let mut b = login_unsolicited(addr, 2).await;
+    let wa = a.write10(1, 4);
+    a.send(&wa).await;
+    let r2t_a = a.recv().await;
+    // B: a one-block write whose data follows unsolicited (F clear), while A holds the budget.
+    let mut wb = b.write10(1, 1);
+    wb.bhs[1] &= !0x80;
+    b.send(&wb).await;
+    let unsolicited = Client::data_out(1, 0xffff_ffff, 0, 0, true);
+    b.send(&unsolicited).await;
+    b.quiet(300).await;
+    answer_r2t(&mut a, &r2t_a, 4).await;
+    assert_eq!(a.response().await, (1, 0));
+    assert_eq!(
+        b.response().await,
+        (1, 0),
+        "B's write found its unsolicited data"
+    );
+}

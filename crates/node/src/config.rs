@@ -25,6 +25,7 @@ pub struct Config {
     pub log: LogSection,
     pub store: StoreSection,
     pub volume: VolumeDefaults,
+    pub limits: LimitsSection,
     /// Test-only switches; not for production.
     pub test: TestSection,
 }
@@ -112,6 +113,22 @@ pub struct VolumeDefaults {
     pub block_size: u32,
 }
 
+/// Node-wide caps shared by the NBD and iSCSI front ends (docs/CONFIG.md `[limits]`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsSection {
+    /// Client connections open at once, NBD and iSCSI together; beyond it new connections
+    /// are closed at once and the refusal logged.
+    pub max_connections: u32,
+    /// Request payload bytes buffered at once, all connections together (WRITE data as it
+    /// arrives, READ data until sent); beyond it requests wait and their connections stop
+    /// being read. One connection may hold a quarter of it (at most 16 MiB).
+    pub max_in_flight_bytes: ByteSize,
+    /// How long a request holding payload budget may take to receive its WRITE payload or to
+    /// have its reply taken by the client; past it the connection is closed (logged).
+    pub payload_timeout_ms: u64,
+}
+
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TestSection {
@@ -160,6 +177,7 @@ impl Default for Config {
             log: LogSection::default(),
             store: StoreSection::default(),
             volume: VolumeDefaults::default(),
+            limits: LimitsSection::default(),
             test: TestSection::default(),
         }
     }
@@ -252,6 +270,53 @@ impl Default for StoreSection {
     }
 }
 
+impl Default for LimitsSection {
+    fn default() -> Self {
+        Self {
+            max_connections: 512,
+            max_in_flight_bytes: ByteSize::mib(64),
+            payload_timeout_ms: 30_000,
+        }
+    }
+}
+
+impl LimitsSection {
+    /// Upper bound of `max_in_flight_bytes`: the budget is counted in `u32` bytes.
+    const MAX_IN_FLIGHT: u64 = u32::MAX as u64;
+
+    fn validate(&self) -> Result<(), NodeError> {
+        let bad = |m: &str| Err(NodeError::Config(format!("limits.{m}")));
+        if !(1..=1 << 20).contains(&self.max_connections) {
+            return bad("max_connections: between 1 and 1048576");
+        }
+        let bytes = self.max_in_flight_bytes.as_u64();
+        if !(1 << 20..=Self::MAX_IN_FLIGHT).contains(&bytes) {
+            return bad("max_in_flight_bytes: between 1 MiB and 4 GiB");
+        }
+        if self.payload_timeout_ms == 0 {
+            return bad("payload_timeout_ms: at least 1");
+        }
+        Ok(())
+    }
+
+    /// The caps for [`mariner_limits::Limits`].
+    pub fn to_limits(&self) -> mariner_limits::LimitsConfig {
+        mariner_limits::LimitsConfig {
+            max_connections: self.max_connections,
+            max_in_flight_bytes: u32::try_from(self.max_in_flight_bytes.as_u64())
+                .unwrap_or(u32::MAX),
+            payload_timeout: std::time::Duration::from_millis(self.payload_timeout_ms),
+        }
+    }
+
+    /// What one NBD connection may hold: a quarter of the node's budget, so one client cannot
+    /// take all of it, and at most 16 MiB (docs/ARCHITECTURE.md "Memory").
+    pub fn per_connection_bytes(&self) -> u32 {
+        let quarter = self.max_in_flight_bytes.as_u64() / 4;
+        u32::try_from(quarter.min(16 << 20)).unwrap_or(16 << 20)
+    }
+}
+
 impl Default for VolumeDefaults {
     fn default() -> Self {
         Self {
@@ -306,7 +371,7 @@ impl Config {
         if self.store.sync_interval_ms == 0 {
             return bad("store.sync_interval_ms: at least 1");
         }
-        Ok(())
+        self.limits.validate()
     }
 }
 
@@ -362,6 +427,33 @@ mod tests {
                 .unwrap();
         assert!(mutual_only.validate().is_err());
         assert!(toml::from_str::<Config>("[iscsi.targets.v]\nchap = 1\n").is_err());
+    }
+
+    #[test]
+    fn limits_parse_validate_and_split_per_connection() {
+        let c: Config = toml::from_str("").unwrap();
+        assert_eq!(c.limits.max_connections, 512);
+        assert_eq!(c.limits.per_connection_bytes(), 16 << 20);
+        c.validate().unwrap();
+        let small: Config = toml::from_str(
+            "[limits]\nmax_connections = 8\nmax_in_flight_bytes = \"8MiB\"\n\
+             payload_timeout_ms = 500\n",
+        )
+        .unwrap();
+        small.validate().unwrap();
+        assert_eq!(small.limits.per_connection_bytes(), 2 << 20);
+        let l = small.limits.to_limits();
+        assert_eq!((l.max_connections, l.max_in_flight_bytes), (8, 8 << 20));
+        assert_eq!(l.payload_timeout.as_millis(), 500);
+        for bad in [
+            "max_connections = 0",
+            "max_in_flight_bytes = \"64KiB\"",
+            "max_in_flight_bytes = \"8GiB\"",
+            "payload_timeout_ms = 0",
+        ] {
+            let c: Config = toml::from_str(&format!("[limits]\n{bad}\n")).unwrap();
+            assert!(c.validate().is_err(), "{bad} accepted");
+        }
     }
 
     #[test]

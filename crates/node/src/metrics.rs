@@ -13,6 +13,7 @@ pub fn render(node: &Node) -> String {
     log_metrics(&mut out, node);
     store_metrics(&mut out, node);
     volume_metrics(&mut out, node);
+    limit_metrics(&mut out, node);
     let r = &node.recovery;
     gauge(
         &mut out,
@@ -159,6 +160,41 @@ fn store_metrics(out: &mut String, node: &Node) {
         "mariner_store_failed",
         "1 when applying failed and volumes are read-only.",
         failed,
+    );
+}
+
+fn limit_metrics(out: &mut String, node: &Node) {
+    let l = node.limits();
+    let caps = l.config();
+    gauge(
+        out,
+        "mariner_connections_open",
+        "Client connections open (NBD and iSCSI).",
+        l.connections_open() as f64,
+    );
+    gauge(
+        out,
+        "mariner_connections_max",
+        "Connections allowed at once (limits.max_connections).",
+        f64::from(caps.max_connections),
+    );
+    counter(
+        out,
+        "mariner_connections_refused_total",
+        "Connections closed at once because limits.max_connections was reached.",
+        l.refused_total(),
+    );
+    gauge(
+        out,
+        "mariner_payload_in_flight_bytes",
+        "Request payload bytes buffered now (all connections).",
+        l.in_flight_bytes() as f64,
+    );
+    gauge(
+        out,
+        "mariner_payload_budget_bytes",
+        "Request payload bytes allowed in flight (limits.max_in_flight_bytes).",
+        f64::from(caps.max_in_flight_bytes),
     );
 }
 

@@ -56,6 +56,8 @@ pub struct Node {
     pub recovery: RecoveryReport,
     /// Serialises volume create/delete/grow.
     admin: Mutex<()>,
+    /// Connections and payload bytes in flight, node-wide (all front ends).
+    limits: mariner_limits::Limits,
 }
 
 pub(crate) fn now_ns() -> u64 {
@@ -146,7 +148,9 @@ impl Node {
             let vol = Volume::new(m.clone(), log.clone(), store.clone(), reservations);
             volumes.insert(m.name, Arc::new(vol));
         }
+        let limits = mariner_limits::Limits::new(cfg.limits.to_limits());
         let node = Arc::new(Self {
+            limits,
             cfg,
             dir,
             state: Mutex::new(state),
@@ -172,6 +176,11 @@ impl Node {
 
     pub fn config(&self) -> &Config {
         &self.cfg
+    }
+
+    /// The node-wide caps every front end shares.
+    pub fn limits(&self) -> &mariner_limits::Limits {
+        &self.limits
     }
 
     pub fn data_dir(&self) -> &Path {

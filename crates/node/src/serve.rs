@@ -71,10 +71,12 @@ pub async fn run(
     for (l, _) in nbd {
         let exports: Arc<dyn mariner_nbd::Exports> = node.clone();
         let mut q = quit_rx.clone();
-        // 16 MiB of payload in flight per connection bounds what a writer blocked on a full
-        // log can make the server hold (docs/ARCHITECTURE.md "Memory").
+        // Payload in flight per connection (a quarter of the node's budget, at most 16 MiB)
+        // and node-wide bound what writers blocked on a full log, or clients that stall, can
+        // make the server hold (docs/ARCHITECTURE.md "Memory").
         let cfg = mariner_nbd::ServerConfig {
-            max_in_flight_bytes: 16 << 20,
+            max_in_flight_bytes: node.config().limits.per_connection_bytes(),
+            limits: node.limits().clone(),
             ..mariner_nbd::ServerConfig::default()
         };
         tasks.spawn(async move {
@@ -90,11 +92,14 @@ pub async fn run(
     for (l, _) in iscsi {
         let targets = targets.clone();
         let mut q = quit_rx.clone();
+        let cfg = mariner_iscsi::ServerConfig {
+            node_limits: node.limits().clone(),
+            ..mariner_iscsi::ServerConfig::default()
+        };
         tasks.spawn(async move {
             let shutdown = async move {
                 let _ = q.wait_for(|v| *v).await;
             };
-            let cfg = mariner_iscsi::ServerConfig::default();
             if let Err(e) = mariner_iscsi::serve(l, targets, cfg, shutdown).await {
                 tracing::error!(error = %e, "iSCSI server stopped");
             }

@@ -464,3 +464,120 @@ pub fn serve_must_exit(cwd: &Path, data_arg: &Path, args: &[&str]) -> Output {
     }
     child.wait_with_output().unwrap()
 }
+
+// ---- Added for limits.rs (additions only). ----
+
+/// Fails (never skips) unless the tests run as root; `why` says what needs it.
+pub fn require_root(why: &str) {
+    let uid = run(Command::new("id").arg("-u"));
+    assert_eq!(
+        uid.trim(),
+        "0",
+        "{why} needs root: run the suite as root (CI does), e.g. `sudo -E cargo test --release \
+         -p mariner --test <file>`"
+    );
+}
+
+/// A memory cgroup (v2, or v1) limited to `limit` bytes, page cache included, made for one
+/// test the way memory.rs makes its own; its processes are killed and it is removed on drop.
+pub struct MemCgroup {
+    pub path: PathBuf,
+    v2: bool,
+}
+
+impl MemCgroup {
+    pub fn create(limit: u64) -> MemCgroup {
+        let unique = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        let name = format!("mariner-test.{}.{unique}", std::process::id());
+        let v2 = Path::new("/sys/fs/cgroup/cgroup.controllers").exists();
+        let root = if v2 {
+            Path::new("/sys/fs/cgroup")
+        } else {
+            Path::new("/sys/fs/cgroup/memory")
+        };
+        assert!(
+            root.is_dir(),
+            "no memory cgroup controller (neither v2 nor v1)"
+        );
+        let path = root.join(name);
+        std::fs::create_dir(&path).unwrap_or_else(|e| panic!("mkdir {}: {e}", path.display()));
+        let cg = MemCgroup { path, v2 };
+        let (file, value) = if v2 {
+            // No swap on most test machines; where there is, keep it out of the picture.
+            let _ = std::fs::write(cg.path.join("memory.swap.max"), "0");
+            ("memory.max", limit.to_string())
+        } else {
+            ("memory.limit_in_bytes", limit.to_string())
+        };
+        std::fs::write(cg.path.join(file), value).unwrap();
+        cg
+    }
+
+    fn read(&self, file: &str) -> String {
+        std::fs::read_to_string(self.path.join(file)).unwrap_or_default()
+    }
+
+    /// Processes the kernel OOM-killed in this cgroup.
+    pub fn oom_kills(&self) -> u64 {
+        let file = if self.v2 {
+            "memory.events"
+        } else {
+            "memory.oom_control"
+        };
+        self.read(file)
+            .lines()
+            .filter_map(|l| l.split_once(' '))
+            .find(|(k, _)| *k == "oom_kill")
+            .and_then(|(_, v)| v.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// Peak usage (process memory and page cache) since creation.
+    pub fn peak(&self) -> Option<u64> {
+        let file = if self.v2 {
+            "memory.peak"
+        } else {
+            "memory.max_usage_in_bytes"
+        };
+        self.read(file).trim().parse().ok()
+    }
+
+    /// Starts `mariner serve` inside this cgroup (a shell joins it, then execs the server).
+    pub fn start_server(&self, data: &Path, extra: &[&str]) -> Server {
+        let mut launcher = Command::new("sh");
+        launcher
+            .arg("-c")
+            .arg(r#"echo $$ > "$0" && exec "$@""#)
+            .arg(self.path.join("cgroup.procs"))
+            .arg(mariner_bin());
+        Server::launch(launcher, data, extra)
+    }
+}
+
+impl Drop for MemCgroup {
+    fn drop(&mut self) {
+        for _ in 0..50 {
+            for pid in self.read("cgroup.procs").split_whitespace() {
+                let _ = Command::new("kill").args(["-9", pid]).status();
+            }
+            if std::fs::remove_dir(&self.path).is_ok() || !self.path.exists() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        eprintln!("could not remove cgroup {}", self.path.display());
+    }
+}
+
+/// Peak resident set (VmHWM) of a process in KiB (from /proc).
+pub fn hwm_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmHWM in /proc/<pid>/status")
+}

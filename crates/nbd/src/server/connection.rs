@@ -7,6 +7,8 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::time::{timeout_at, Instant};
 
+use mariner_limits::{Limits, PayloadShare};
+
 use crate::backend::{ConnectionGuard, Export, Exports};
 use crate::handshake::{Handshake, Outcome};
 use crate::negotiation::Negotiated;
@@ -34,6 +36,10 @@ pub(crate) async fn run_logged<S>(
     tracing::debug!(%peer, "NBD connection opened");
     match run(stream, exports, config, shutdown).await {
         Ok(()) => tracing::debug!(%peer, "NBD connection closed"),
+        // A stalled client held payload budget others wait for: worth an operator's eye.
+        Err(e @ (ConnectionError::PayloadTimeout(_) | ConnectionError::ReplyTimeout(_))) => {
+            tracing::warn!(%peer, "NBD connection closed: {e}")
+        }
         Err(e) => tracing::debug!(%peer, "NBD connection closed: {e}"),
     }
 }
@@ -115,6 +121,7 @@ enum End {
     Disconnect,
     Eof { mid_request: bool },
     Shutdown,
+    WriterGone,
 }
 
 /// The reader side of transmission.
@@ -127,8 +134,17 @@ struct Reader<S> {
     in_flight: Arc<Semaphore>,
     budget: Arc<Semaphore>,
     budget_max: u32,
+    limits: Limits,
     export: Arc<dyn Export>,
     connection: Arc<ConnectionGuard>,
+}
+
+/// Payload budget one request holds until it is done: its share of the connection's budget
+/// and of the node's.
+#[derive(Debug)]
+pub(crate) struct Budget {
+    _connection: OwnedSemaphorePermit,
+    _node: Option<PayloadShare>,
 }
 
 /// What a request task holds until it has finished: its in-flight slot, and a share of the
@@ -160,7 +176,8 @@ where
     let connection = Arc::new(guard);
     let (read, write) = tokio::io::split(stream);
     let (replies, frames) = mpsc::channel(REPLY_QUEUE);
-    let mut writer = tokio::spawn(write_loop(write, frames));
+    let payload_timeout = config.limits.payload_timeout();
+    let mut writer = tokio::spawn(write_loop(write, frames, payload_timeout));
     let max_in_flight = config.max_in_flight.max(1);
     let budget_max = config.max_in_flight_bytes.max(1);
     let in_flight = Arc::new(Semaphore::new(max_in_flight as usize));
@@ -173,6 +190,7 @@ where
         in_flight: Arc::clone(&in_flight),
         budget: Arc::new(Semaphore::new(budget_max as usize)),
         budget_max,
+        limits: config.limits.clone(),
         export,
         connection: Arc::clone(&connection),
     };
@@ -194,6 +212,10 @@ where
     let _drained = in_flight.acquire_many(max_in_flight).await;
     match written {
         Ok(Ok(())) => {}
+        Ok(Err(e)) if e.kind() == std::io::ErrorKind::TimedOut => {
+            drop(connection);
+            return Err(ConnectionError::ReplyTimeout(payload_timeout));
+        }
         Ok(Err(e)) => tracing::debug!(export = %name, "NBD reply writer: {e}"),
         Err(e) if e.is_cancelled() => {}
         Err(e) => tracing::error!(export = %name, "NBD reply writer failed: {e}"),
@@ -211,16 +233,21 @@ fn log_end(export: &str, ended: &Result<End, ConnectionError>) {
             tracing::debug!(export, "client closed in the middle of a request")
         }
         Ok(End::Shutdown) => tracing::debug!(export, "server shutting down"),
+        Ok(End::WriterGone) => tracing::debug!(export, "reply writer stopped"),
         Err(e) => tracing::debug!(export, "closing connection: {e}"),
     }
 }
 
 impl<S: AsyncRead + AsyncWrite + Send + Unpin + 'static> Reader<S> {
     async fn read_loop(&mut self, shutdown: &mut Shutdown) -> Result<End, ConnectionError> {
+        // The writer gives up on a client that takes no replies; reading more requests for
+        // it would only run them for nothing.
+        let replies = self.replies.clone();
         loop {
             let next = tokio::select! {
                 next = self.next_event() => next?,
                 () = shutdown.wait() => return Ok(End::Shutdown),
+                () = replies.closed() => return Ok(End::WriterGone),
             };
             let (event, budget) = match next {
                 Ok(next) => next,
@@ -241,8 +268,10 @@ impl<S: AsyncRead + AsyncWrite + Send + Unpin + 'static> Reader<S> {
     /// Cancel-safe: all progress lives in `self.buf` and the decoder.
     async fn next_event(
         &mut self,
-    ) -> Result<Result<(Event, Option<OwnedSemaphorePermit>), End>, ConnectionError> {
+    ) -> Result<Result<(Event, Option<Budget>), End>, ConnectionError> {
         let mut budget = None;
+        // Set once budget is held for a payload: it must arrive by then.
+        let mut deadline = None;
         loop {
             if let Some(event) = self.decoder.decode(&mut self.buf)? {
                 return Ok(Ok((event, budget)));
@@ -250,23 +279,45 @@ impl<S: AsyncRead + AsyncWrite + Send + Unpin + 'static> Reader<S> {
             if let (Some(len), None) = (self.decoder.payload_pending(), &budget) {
                 // Reserve budget before buffering a WRITE payload the checks already capped.
                 budget = self.acquire_budget(len).await;
+                deadline = Some(Instant::now() + self.limits.payload_timeout());
                 self.buf.reserve(len.saturating_sub(self.buf.len()));
             }
             self.buf.reserve(READ_CHUNK);
-            if self.read.read_buf(&mut self.buf).await? == 0 {
+            if self.read_more(deadline).await? == 0 {
                 let mid_request = !self.buf.is_empty() || self.decoder.payload_pending().is_some();
                 return Ok(Err(End::Eof { mid_request }));
             }
         }
     }
 
-    /// Waits until `bytes` of payload may be buffered. (The semaphore is never closed, so
-    /// `None` does not happen in practice.)
-    async fn acquire_budget(&self, bytes: usize) -> Option<OwnedSemaphorePermit> {
+    /// Reads what the socket has, failing once `deadline` (if any) has passed.
+    async fn read_more(&mut self, deadline: Option<Instant>) -> Result<usize, ConnectionError> {
+        let Some(deadline) = deadline else {
+            return Ok(self.read.read_buf(&mut self.buf).await?);
+        };
+        match timeout_at(deadline, self.read.read_buf(&mut self.buf)).await {
+            Ok(read) => Ok(read?),
+            Err(_) => Err(ConnectionError::PayloadTimeout(
+                self.limits.payload_timeout(),
+            )),
+        }
+    }
+
+    /// Waits until `bytes` of payload may be buffered: first the connection's share (so a
+    /// connection at its own cap holds none of the node's), then the node's. (The semaphores
+    /// are never closed, so `None` does not happen in practice.)
+    async fn acquire_budget(&self, bytes: usize) -> Option<Budget> {
         let cost = u32::try_from(bytes)
             .unwrap_or(u32::MAX)
             .clamp(1, self.budget_max);
-        Arc::clone(&self.budget).acquire_many_owned(cost).await.ok()
+        let connection = Arc::clone(&self.budget)
+            .acquire_many_owned(cost)
+            .await
+            .ok()?;
+        Some(Budget {
+            _connection: connection,
+            _node: self.limits.reserve(bytes).await,
+        })
     }
 
     async fn reject(&mut self, rejection: Rejection) {
@@ -284,7 +335,7 @@ impl<S: AsyncRead + AsyncWrite + Send + Unpin + 'static> Reader<S> {
         let _ = self.replies.send(frame).await;
     }
 
-    async fn dispatch(&mut self, request: Request, mut budget: Option<OwnedSemaphorePermit>) {
+    async fn dispatch(&mut self, request: Request, mut budget: Option<Budget>) {
         if let Command::Read { length, .. } = request.command {
             budget = self
                 .acquire_budget(usize::try_from(length).unwrap_or(usize::MAX))
@@ -306,7 +357,7 @@ async fn run_request(
     style: ReplyStyle,
     replies: mpsc::Sender<Frame>,
     _ticket: Ticket,
-    budget: Option<OwnedSemaphorePermit>,
+    budget: Option<Budget>,
 ) {
     let (cookie, kind) = (request.cookie, request.kind);
     let mut frame = match tokio::spawn(execute(export, request, style)).await {

@@ -8,6 +8,14 @@
 //! error or server shutdown the reader stops, in-flight requests still run to completion on
 //! the export, and only then is the connection closed and the export's connection count
 //! released.
+//!
+//! Node-wide caps come from [`ServerConfig::limits`], shared with the node's other front ends:
+//! a connection beyond `max_connections` is closed as soon as it is accepted, and a request
+//! takes its share of the node's payload budget (after its connection's) before its WRITE
+//! payload is read or its READ is run. A connection waiting for budget reads nothing more, so
+//! TCP pushes back on its client. A WRITE payload that has not fully arrived, or a reply not
+//! taken by the client, within the payload time-out closes the connection and frees its budget:
+//! a stalled client must not hold the node's budget forever.
 
 mod connection;
 mod execute;
@@ -23,13 +31,15 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
+use mariner_limits::Limits;
+
 use crate::backend::Exports;
 use crate::handshake::HandshakeConfig;
 use crate::negotiation::HandshakeError;
 use crate::request::RequestError;
 
 /// Settings of the server.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct ServerConfig {
     /// Handshake limits.
     pub handshake: HandshakeConfig,
@@ -41,6 +51,9 @@ pub struct ServerConfig {
     pub max_in_flight_bytes: u32,
     /// How long a closing connection waits for the client to take its last replies.
     pub drain_timeout: Duration,
+    /// Node-wide caps on connections and payload bytes, shared with other servers holding a
+    /// clone (default: none).
+    pub limits: Limits,
 }
 
 impl Default for ServerConfig {
@@ -51,6 +64,7 @@ impl Default for ServerConfig {
             max_in_flight: 128,
             max_in_flight_bytes: 128 << 20,
             drain_timeout: Duration::from_secs(30),
+            limits: Limits::default(),
         }
     }
 }
@@ -73,6 +87,12 @@ pub enum ConnectionError {
     /// The request stream broke the protocol.
     #[error("protocol error: {0}")]
     Protocol(#[from] RequestError),
+    /// A WRITE payload did not arrive in time while holding payload budget.
+    #[error("WRITE payload not received within {0:?} (limits.payload_timeout_ms); closing")]
+    PayloadTimeout(Duration),
+    /// The client took no reply in time while replies held payload budget.
+    #[error("client took no reply within {0:?} (limits.payload_timeout_ms); closing")]
+    ReplyTimeout(Duration),
 }
 
 /// Tells connections that the server is shutting down.
@@ -119,11 +139,17 @@ pub async fn serve(
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
                     accept_errors = 0;
+                    // Beyond the node's connection cap the socket is closed at once (logged).
+                    let Some(slot) = config.limits.admit("NBD", peer) else { continue };
                     if let Err(e) = stream.set_nodelay(true) {
                         tracing::debug!(%peer, "cannot set TCP_NODELAY: {e}");
                     }
                     let (exports, stop) = (Arc::clone(&exports), Shutdown(stop_rx.clone()));
-                    tasks.spawn(connection::run_logged(stream, peer.to_string(), exports, config, stop));
+                    let run = connection::run_logged(stream, peer.to_string(), exports, config.clone(), stop);
+                    tasks.spawn(async move {
+                        run.await;
+                        drop(slot);
+                    });
                 }
                 Err(e) => accept_failed(e, &mut accept_errors).await?,
             },
