@@ -62,7 +62,7 @@ cargo test --workspace --release --no-run
 stage "tests"
 cargo test --workspace --release
 
-stage "README's first command from a fresh clone"
+stage "README command, fresh clone"
 scripts/readme-check.sh
 
 stage "iSCSI conformance (libiscsi)"
