@@ -40,6 +40,13 @@ fn mariner(args: &[&str]) -> Output {
     }
 }
 
+/// `mariner serve <args>` (as [`mariner`]) on free ports, so a start that should have been
+/// refused but serves does not take the default ones.
+fn serve(args: &[&str]) -> Output {
+    let listen = ["--listen", "127.0.0.1:0", "--iscsi-listen", "127.0.0.1:0"];
+    mariner(&[&["serve"][..], args, &listen].concat())
+}
+
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
@@ -59,16 +66,11 @@ fn zero_worker_threads_is_refused_as_configuration() {
     let cfg = dir.path().join("mariner.toml");
     std::fs::write(&cfg, "worker_threads = 0\n").unwrap();
     let data = dir.path().join("data");
-    let o = mariner(&[
-        "serve",
+    let o = serve(&[
         "--config",
         cfg.to_str().unwrap(),
         "--data",
         data.to_str().unwrap(),
-        "--listen",
-        "127.0.0.1:0",
-        "--iscsi-listen",
-        "127.0.0.1:0",
     ]);
     assert_refused(&o, "worker_threads");
     assert!(!data.exists(), "a refused configuration creates nothing");
@@ -84,16 +86,11 @@ fn a_short_chap_secret_is_refused() {
     )
     .unwrap();
     let data = dir.path().join("data");
-    let o = mariner(&[
-        "serve",
+    let o = serve(&[
         "--config",
         cfg.to_str().unwrap(),
         "--data",
         data.to_str().unwrap(),
-        "--listen",
-        "127.0.0.1:0",
-        "--iscsi-listen",
-        "127.0.0.1:0",
     ]);
     assert_refused(&o, "at least 12 bytes");
 }
@@ -103,15 +100,7 @@ fn a_file_given_as_data_directory_is_named_as_such() {
     let dir = scratch("datafile");
     let file = dir.path().join("not-a-dir");
     std::fs::write(&file, b"precious").unwrap();
-    let o = mariner(&[
-        "serve",
-        "--data",
-        file.to_str().unwrap(),
-        "--listen",
-        "127.0.0.1:0",
-        "--iscsi-listen",
-        "127.0.0.1:0",
-    ]);
+    let o = serve(&["--data", file.to_str().unwrap()]);
     assert_refused(&o, "is not a directory");
     assert!(!stderr(&o).contains("os error 17"), "{}", stderr(&o));
     assert_eq!(std::fs::read(&file).unwrap(), b"precious");
