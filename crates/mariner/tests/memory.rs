@@ -19,21 +19,6 @@ use common::*;
 const LIMIT_BYTES: u64 = 256 << 20;
 const LOG_BYTES: u64 = 64 << 20;
 
-fn assert_alive(s: &mut Server, cg: &MemCgroup, when: &str) {
-    let status = s.child.as_mut().unwrap().try_wait().unwrap();
-    assert!(
-        status.is_none(),
-        "{when}: the server died ({status:?}; oom_kill {:?}): {}",
-        cg.oom_kills(),
-        s.log()
-    );
-    assert_eq!(
-        cg.oom_kills(),
-        0,
-        "{when}: the kernel OOM-killed in the cgroup"
-    );
-}
-
 fn mib(bytes: u64) -> String {
     format!("{:.1} MiB", bytes as f64 / (1 << 20) as f64)
 }
@@ -77,12 +62,12 @@ fn fill_in_cgroup(name: &str, volume_bytes: u64, write_bytes: u64) {
     let mut s = cg.start_server(&data, &args);
     copy_in(&mut s, &cg, &src);
     let wrote = started.elapsed();
-    assert_alive(&mut s, &cg, "after writing");
+    cg.assert_alive(&mut s, "after writing");
     run(Command::new("qemu-img")
         .args(["compare", "-f", "raw", "-F", "raw"])
         .arg(&src)
         .arg(s.url("")));
-    assert_alive(&mut s, &cg, "after reading back");
+    cg.assert_alive(&mut s, "after reading back");
 
     let hwm = hwm_kib(s.pid());
     println!(

@@ -272,12 +272,7 @@ pub fn random_bytes(seed: u64, len: usize) -> Vec<u8> {
 
 /// Resident set size of a process in KiB (from /proc).
 pub fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS in /proc/<pid>/status")
+    status_kib(pid, "VmRSS")
 }
 
 /// Opens an NBD connection to `addr` ("host:port") and negotiates `export` with the
@@ -453,6 +448,7 @@ pub fn require_root(why: &str) {
 pub struct MemCgroup {
     pub path: PathBuf,
     v2: bool,
+    limit: u64,
 }
 
 impl MemCgroup {
@@ -474,7 +470,7 @@ impl MemCgroup {
         );
         let path = root.join(name);
         std::fs::create_dir(&path).unwrap_or_else(|e| panic!("mkdir {}: {e}", path.display()));
-        let cg = MemCgroup { path, v2 };
+        let cg = MemCgroup { path, v2, limit };
         let (file, value) = if v2 {
             // No swap on most test machines; where there is, keep it out of the picture.
             let _ = std::fs::write(cg.path.join("memory.swap.max"), "0");
@@ -539,12 +535,7 @@ impl Drop for MemCgroup {
 
 /// Peak resident set (VmHWM) of a process in KiB (from /proc).
 pub fn hwm_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmHWM in /proc/<pid>/status")
+    status_kib(pid, "VmHWM")
 }
 
 // ---- Added for memory.rs and startup.rs (additions only). ----
@@ -590,4 +581,35 @@ pub fn qemu_io<S: AsRef<std::ffi::OsStr> + std::fmt::Debug>(url: &str, cmds: &[S
     let out = run(cmd.arg(url));
     assert!(!out.contains("failed"), "qemu-io {cmds:?}:\n{out}");
     out
+}
+
+/// A `<key>: <n> kB` line of /proc/<pid>/status, in KiB.
+fn status_kib(pid: u32, key: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("{key} in /proc/<pid>/status"))
+}
+
+impl MemCgroup {
+    /// Asserts the server `s` (started in this cgroup) still runs and the kernel OOM-killed
+    /// nothing here; `when` says at which point of the test.
+    pub fn assert_alive(&self, s: &mut Server, when: &str) {
+        let status = s.child.as_mut().unwrap().try_wait().unwrap();
+        assert!(
+            status.is_none(),
+            "{when}: the server died ({status:?}; cgroup oom_kill {}; peak {:?} of {}): {}",
+            self.oom_kills(),
+            self.peak(),
+            self.limit,
+            s.log()
+        );
+        assert_eq!(
+            self.oom_kills(),
+            0,
+            "{when}: the kernel OOM-killed in the cgroup"
+        );
+    }
 }
