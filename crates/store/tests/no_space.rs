@@ -121,21 +121,25 @@ fn formatted_log() -> Arc<dyn Disk> {
 
 /// A scratch directory, a formatted log, and the images of volume `A` (a disk that can be made
 /// to run out of space) and `B` (a plain one).
-fn fixture() -> (
-    tempfile::TempDir,
-    Arc<dyn Disk>,
-    Arc<FullDisk<MemDisk>>,
-    Arc<dyn Disk>,
-) {
-    let dir = tempfile::tempdir().unwrap();
-    let a = Arc::new(FullDisk::new(MemDisk::new(SIZE as usize)));
-    let b: Arc<dyn Disk> = Arc::new(MemDisk::new(SIZE as usize));
-    (dir, formatted_log(), a, b)
+struct Fixture {
+    dir: tempfile::TempDir,
+    log: Arc<dyn Disk>,
+    a: Arc<FullDisk<MemDisk>>,
+    b: Arc<dyn Disk>,
+}
+
+fn fixture() -> Fixture {
+    Fixture {
+        dir: tempfile::tempdir().unwrap(),
+        log: formatted_log(),
+        a: Arc::new(FullDisk::new(MemDisk::new(SIZE as usize))),
+        b: Arc::new(MemDisk::new(SIZE as usize)),
+    }
 }
 
 #[test]
 fn a_record_that_found_no_room_is_applied_once_there_is_room() {
-    let (dir, log, a, b) = fixture();
+    let Fixture { dir, log, a, b } = fixture();
     let n = Node::open(dir.path(), &log, [a.clone(), b.clone()]);
     n.write(A, 0, &[1; 4096]);
     n.until("first write synced", |n| n.synced_seq() >= 1);
@@ -186,7 +190,7 @@ fn a_record_that_found_no_room_is_applied_once_there_is_room() {
 /// since the last good sync back from the log, not only from where it stopped.
 #[test]
 fn a_failed_sync_applies_again_from_the_last_good_sync() {
-    let (dir, log, a, b) = fixture();
+    let Fixture { dir, log, a, b } = fixture();
     let n = Node::open(dir.path(), &log, [a.clone(), b.clone()]);
     n.write(A, 0, &[1; 4096]);
     n.until("first write synced", |n| n.synced_seq() >= 1);
@@ -221,7 +225,7 @@ fn a_failed_sync_applies_again_from_the_last_good_sync() {
 /// applies it once there is room.
 #[test]
 fn a_shutdown_out_of_space_leaves_the_records_in_the_log() {
-    let (dir, log, a, b) = fixture();
+    let Fixture { dir, log, a, b } = fixture();
     let n = Node::open(dir.path(), &log, [a.clone(), b.clone()]);
     a.set_full(true);
     n.write(A, 0, &[7; 4096]);
