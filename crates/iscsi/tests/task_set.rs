@@ -80,6 +80,16 @@ impl Client {
 
     /// Logs in with the last ISID byte `isid`: another I_T nexus for each value.
     async fn login_as(addr: std::net::SocketAddr, isid: u8) -> Self {
+        Self::login_offering(addr, isid, &[]).await.0
+    }
+
+    /// Logs in as [`Client::login_as`], offering `extra` keys too; returns the client and the
+    /// target's login response.
+    async fn login_offering(
+        addr: std::net::SocketAddr,
+        isid: u8,
+        extra: &[(&str, &str)],
+    ) -> (Self, Pdu) {
         let s = TcpStream::connect(addr).await.unwrap();
         let mut c = Client {
             s,
@@ -96,13 +106,14 @@ impl Client {
         let keys = [("InitiatorName", "iqn.init"), ("TargetName", IQN)];
         let owned: Vec<(String, String)> = keys
             .iter()
+            .chain(extra)
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         p.data = text::encode(&owned);
         c.send(&p).await;
         let r = c.recv().await;
         assert_eq!((r.bhs[36], r.bhs[37]), (0, 0), "login refused");
-        c
+        (c, r)
     }
 
     async fn send(&mut self, p: &Pdu) {
@@ -547,32 +558,7 @@ async fn connections_beyond_the_cap_are_closed() {
 /// Logs in like [`Client::login_as`], offering InitialR2T=No: writes may send an unsolicited
 /// burst of Data-Out.
 async fn login_unsolicited(addr: std::net::SocketAddr, isid: u8) -> Client {
-    let s = TcpStream::connect(addr).await.unwrap();
-    let mut c = Client {
-        s,
-        buf: Vec::new(),
-        decoder: Decoder::new(1 << 20),
-        cmd_sn: 1,
-    };
-    let mut p = Pdu::new(Opcode::LoginRequest);
-    p.bhs[0] |= 0x40;
-    p.bhs[1] = 0x87;
-    p.bhs[8] = 0x80;
-    p.bhs[13] = isid;
-    p.set_u32(24, 1);
-    let keys = [
-        ("InitiatorName", "iqn.init"),
-        ("TargetName", IQN),
-        ("InitialR2T", "No"),
-    ];
-    let owned: Vec<(String, String)> = keys
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    p.data = text::encode(&owned);
-    c.send(&p).await;
-    let r = c.recv().await;
-    assert_eq!((r.bhs[36], r.bhs[37]), (0, 0), "login refused");
+    let (c, r) = Client::login_offering(addr, isid, &[("InitialR2T", "No")]).await;
     let answers = text::parse(&r.data).unwrap();
     assert!(
         answers.iter().any(|(k, v)| k == "InitialR2T" && v == "No"),

@@ -84,17 +84,6 @@ fn export_size(url: &str) -> u64 {
         .unwrap()
 }
 
-fn qemu_io(url: &str, cmds: &[&str]) -> String {
-    let mut cmd = Command::new("qemu-io");
-    cmd.args(["-f", "raw"]);
-    for c in cmds {
-        cmd.arg("-c").arg(c);
-    }
-    let out = run(cmd.arg(url));
-    assert!(!out.contains("failed"), "qemu-io {cmds:?}:\n{out}");
-    out
-}
-
 /// The table row of volume `name`.
 fn row<'a>(table: &'a str, name: &str) -> Option<&'a str> {
     table

@@ -149,18 +149,6 @@ fn qemu_img_convert_then_compare_both_ways() {
     assert!(s.stop().success(), "{}", s.log());
 }
 
-/// qemu-io commands (after `-c`) run against `url`; asserts success and no failed pattern.
-fn qemu_io(url: &str, cmds: &[String]) -> String {
-    let mut cmd = Command::new("qemu-io");
-    cmd.args(["-f", "raw"]);
-    for c in cmds {
-        cmd.arg("-c").arg(c);
-    }
-    let out = run(cmd.arg(url));
-    assert!(!out.contains("failed"), "qemu-io {cmds:?}:\n{out}");
-    out
-}
-
 const K: u64 = 1024;
 
 /// (pattern, offset, length) writes; 0 in the pattern is `write -z`; `None` is a discard.

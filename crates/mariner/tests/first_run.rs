@@ -6,6 +6,7 @@
 mod common;
 
 use common::*;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
@@ -40,6 +41,28 @@ fn mariner(args: &[&str]) -> Output {
     }
 }
 
+/// `mariner serve <args>` (as [`mariner`]) on free ports, so a start that should have been
+/// refused but serves does not take the default ones.
+fn serve(args: &[&str]) -> Output {
+    let listen = ["--listen", "127.0.0.1:0", "--iscsi-listen", "127.0.0.1:0"];
+    mariner(&[&["serve"][..], args, &listen].concat())
+}
+
+/// [`serve`] with `dir/mariner.toml` holding `toml` and `dir/data` as the data directory;
+/// returns the output and the data directory.
+fn serve_with_config(dir: &Path, toml: &str) -> (Output, PathBuf) {
+    let cfg = dir.join("mariner.toml");
+    std::fs::write(&cfg, toml).unwrap();
+    let data = dir.join("data");
+    let o = serve(&[
+        "--config",
+        cfg.to_str().unwrap(),
+        "--data",
+        data.to_str().unwrap(),
+    ]);
+    (o, data)
+}
+
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
@@ -56,20 +79,7 @@ fn assert_refused(o: &Output, expect: &str) {
 #[test]
 fn zero_worker_threads_is_refused_as_configuration() {
     let dir = scratch("workers");
-    let cfg = dir.path().join("mariner.toml");
-    std::fs::write(&cfg, "worker_threads = 0\n").unwrap();
-    let data = dir.path().join("data");
-    let o = mariner(&[
-        "serve",
-        "--config",
-        cfg.to_str().unwrap(),
-        "--data",
-        data.to_str().unwrap(),
-        "--listen",
-        "127.0.0.1:0",
-        "--iscsi-listen",
-        "127.0.0.1:0",
-    ]);
+    let (o, data) = serve_with_config(dir.path(), "worker_threads = 0\n");
     assert_refused(&o, "worker_threads");
     assert!(!data.exists(), "a refused configuration creates nothing");
 }
@@ -77,24 +87,10 @@ fn zero_worker_threads_is_refused_as_configuration() {
 #[test]
 fn a_short_chap_secret_is_refused() {
     let dir = scratch("chap");
-    let cfg = dir.path().join("mariner.toml");
-    std::fs::write(
-        &cfg,
+    let (o, _) = serve_with_config(
+        dir.path(),
         "[iscsi.targets.vol0]\nchap_user = \"alice\"\nchap_secret = \"short\"\n",
-    )
-    .unwrap();
-    let data = dir.path().join("data");
-    let o = mariner(&[
-        "serve",
-        "--config",
-        cfg.to_str().unwrap(),
-        "--data",
-        data.to_str().unwrap(),
-        "--listen",
-        "127.0.0.1:0",
-        "--iscsi-listen",
-        "127.0.0.1:0",
-    ]);
+    );
     assert_refused(&o, "at least 12 bytes");
 }
 
@@ -103,15 +99,7 @@ fn a_file_given_as_data_directory_is_named_as_such() {
     let dir = scratch("datafile");
     let file = dir.path().join("not-a-dir");
     std::fs::write(&file, b"precious").unwrap();
-    let o = mariner(&[
-        "serve",
-        "--data",
-        file.to_str().unwrap(),
-        "--listen",
-        "127.0.0.1:0",
-        "--iscsi-listen",
-        "127.0.0.1:0",
-    ]);
+    let o = serve(&["--data", file.to_str().unwrap()]);
     assert_refused(&o, "is not a directory");
     assert!(!stderr(&o).contains("os error 17"), "{}", stderr(&o));
     assert_eq!(std::fs::read(&file).unwrap(), b"precious");

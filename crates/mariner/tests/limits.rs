@@ -102,22 +102,6 @@ fn push_partial_writes(conns: &mut [TcpStream]) -> u64 {
     sent.iter().map(|&n| n.saturating_sub(28) as u64).sum()
 }
 
-fn assert_alive(s: &mut Server, cg: &MemCgroup, when: &str) {
-    let status = s.child.as_mut().unwrap().try_wait().unwrap();
-    assert!(
-        status.is_none(),
-        "{when}: the server died ({status:?}; cgroup oom_kill {}; peak {:?} of {LIMIT_BYTES}): {}",
-        cg.oom_kills(),
-        cg.peak(),
-        s.log()
-    );
-    assert_eq!(
-        cg.oom_kills(),
-        0,
-        "{when}: the kernel OOM-killed in the cgroup"
-    );
-}
-
 /// Polls `cond` for up to `limit`.
 fn wait_until(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
     let start = Instant::now();
@@ -158,7 +142,7 @@ fn many_hostile_connections_stay_within_the_node_budget_and_the_connection_cap()
         })
         .collect();
     let sent = push_partial_writes(&mut hostile);
-    assert_alive(&mut s, &cg, "after the hostile writes");
+    cg.assert_alive(&mut s, "after the hostile writes");
     let hwm = hwm_kib(s.pid()) * 1024;
     println!(
         "{HOSTILE} hostile connections sent {} MiB of payload; server peak RSS {} MiB; cgroup \
@@ -207,6 +191,6 @@ fn many_hostile_connections_stay_within_the_node_budget_and_the_connection_cap()
         &s.url("vol0"),
     ]));
     assert!(!out.contains("failed"), "qemu-io:\n{out}");
-    assert_alive(&mut s, &cg, "at the end");
+    cg.assert_alive(&mut s, "at the end");
     assert!(s.stop().success(), "unclean exit on SIGTERM: {}", s.log());
 }

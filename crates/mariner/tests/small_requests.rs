@@ -30,14 +30,7 @@ fn bounded(cmd: &mut Command) -> Output {
 /// Like `run`, bounded in time.
 fn run_bounded(cmd: &mut Command) -> String {
     let out = bounded(cmd);
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed ({}):\nstdout: {}\nstderr: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    assert_success(cmd, &out)
 }
 
 fn wait_until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {

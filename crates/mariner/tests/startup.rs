@@ -17,16 +17,6 @@ fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
-fn qemu_io(url: &str, cmds: &[&str]) {
-    let mut cmd = Command::new("qemu-io");
-    cmd.args(["-f", "raw"]);
-    for c in cmds {
-        cmd.arg("-c").arg(c);
-    }
-    let out = run(cmd.arg(url));
-    assert!(!out.contains("failed"), "qemu-io {cmds:?}:\n{out}");
-}
-
 /// Asserts `o` failed (exit 1) and its message mentions every one of `needles`.
 fn assert_fails(o: &Output, needles: &[&str], what: &str) {
     let err = stderr(o);

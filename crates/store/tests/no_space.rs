@@ -83,6 +83,14 @@ impl Node {
         }
     }
 
+    /// Waits until `volume` is reported out of space; returns why.
+    fn out_of_space(&self, volume: u32) -> String {
+        self.until(&format!("volume {volume} out of space"), |n| {
+            n.store.out_of_space(volume).is_some()
+        });
+        self.store.out_of_space(volume).unwrap()
+    }
+
     fn applied_seq(&self) -> u64 {
         let s = self.store.stats();
         s.applied_seq.load(std::sync::atomic::Ordering::Relaxed)
@@ -111,21 +119,33 @@ fn formatted_log() -> Arc<dyn Disk> {
     log
 }
 
+/// A scratch directory, a formatted log, and the images of volume `A` (a disk that can be made
+/// to run out of space) and `B` (a plain one).
+struct Fixture {
+    dir: tempfile::TempDir,
+    log: Arc<dyn Disk>,
+    a: Arc<FullDisk<MemDisk>>,
+    b: Arc<dyn Disk>,
+}
+
+fn fixture() -> Fixture {
+    Fixture {
+        dir: tempfile::tempdir().unwrap(),
+        log: formatted_log(),
+        a: Arc::new(FullDisk::new(MemDisk::new(SIZE as usize))),
+        b: Arc::new(MemDisk::new(SIZE as usize)),
+    }
+}
+
 #[test]
 fn a_record_that_found_no_room_is_applied_once_there_is_room() {
-    let dir = tempfile::tempdir().unwrap();
-    let log = formatted_log();
-    let a = Arc::new(FullDisk::new(MemDisk::new(SIZE as usize)));
-    let b: Arc<dyn Disk> = Arc::new(MemDisk::new(SIZE as usize));
+    let Fixture { dir, log, a, b } = fixture();
     let n = Node::open(dir.path(), &log, [a.clone(), b.clone()]);
     n.write(A, 0, &[1; 4096]);
     n.until("first write synced", |n| n.synced_seq() >= 1);
     a.set_full(true);
     n.write(A, 4096, &[2; 4096]);
-    n.until("volume A out of space", |n| {
-        n.store.out_of_space(A).is_some()
-    });
-    let why = n.store.out_of_space(A).unwrap();
+    let why = n.out_of_space(A);
     assert!(why.contains("No space left on device"), "{why}");
     assert_eq!(n.store.out_of_space(B), None, "volume B has room");
     assert_eq!(n.store.failure(), None, "out of space is not a failure");
@@ -170,10 +190,7 @@ fn a_record_that_found_no_room_is_applied_once_there_is_room() {
 /// since the last good sync back from the log, not only from where it stopped.
 #[test]
 fn a_failed_sync_applies_again_from_the_last_good_sync() {
-    let dir = tempfile::tempdir().unwrap();
-    let log = formatted_log();
-    let a = Arc::new(FullDisk::new(MemDisk::new(SIZE as usize)));
-    let b: Arc<dyn Disk> = Arc::new(MemDisk::new(SIZE as usize));
+    let Fixture { dir, log, a, b } = fixture();
     let n = Node::open(dir.path(), &log, [a.clone(), b.clone()]);
     n.write(A, 0, &[1; 4096]);
     n.until("first write synced", |n| n.synced_seq() >= 1);
@@ -181,10 +198,7 @@ fn a_failed_sync_applies_again_from_the_last_good_sync() {
     a.fail_syncs(u64::MAX);
     n.write(A, 4096, &[5; 4096]);
     n.write(A, 8192, &[6; 4096]);
-    n.until("volume A out of space", |n| {
-        n.store.out_of_space(A).is_some()
-    });
-    let why = n.store.out_of_space(A).unwrap();
+    let why = n.out_of_space(A);
     assert!(why.contains("sync"), "{why}");
     // The failed sync lost both writes in the image; reads take them from the log again.
     assert_eq!(raw(a.as_ref(), 4096, 8192), vec![0; 8192]);
@@ -211,17 +225,12 @@ fn a_failed_sync_applies_again_from_the_last_good_sync() {
 /// applies it once there is room.
 #[test]
 fn a_shutdown_out_of_space_leaves_the_records_in_the_log() {
-    let dir = tempfile::tempdir().unwrap();
-    let log = formatted_log();
-    let a = Arc::new(FullDisk::new(MemDisk::new(SIZE as usize)));
-    let b: Arc<dyn Disk> = Arc::new(MemDisk::new(SIZE as usize));
+    let Fixture { dir, log, a, b } = fixture();
     let n = Node::open(dir.path(), &log, [a.clone(), b.clone()]);
     a.set_full(true);
     n.write(A, 0, &[7; 4096]);
     n.write(B, 0, &[8; 4096]);
-    n.until("volume A out of space", |n| {
-        n.store.out_of_space(A).is_some()
-    });
+    n.out_of_space(A);
     let started = Instant::now();
     n.close();
     assert!(

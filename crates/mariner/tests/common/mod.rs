@@ -54,7 +54,22 @@ impl Server {
     /// Like [`Server::start`], with the `serve` arguments appended to `cmd`: either the
     /// binary itself or a launcher that ends by running the binary (e.g. a shell that joins
     /// a cgroup, then `exec "$@"`).
-    pub fn launch(mut cmd: Command, data: &Path, extra: &[&str]) -> Server {
+    pub fn launch(cmd: Command, data: &Path, extra: &[&str]) -> Server {
+        Self::spawn(cmd, data.to_path_buf(), data, &["127.0.0.1:0"], extra)
+    }
+
+    /// The one launcher behind every way of starting a server: runs `cmd serve --data
+    /// <data_arg>` with a `--listen` for each of `listen`, iSCSI on a free port and `extra`,
+    /// and waits until it serves. `data` is the data directory as the test sees it (where
+    /// `ports.json` appears); it differs from `data_arg` only when `cmd` has its own working
+    /// directory and `data_arg` is relative to it.
+    fn spawn(
+        mut cmd: Command,
+        data: PathBuf,
+        data_arg: &Path,
+        listen: &[&str],
+        extra: &[&str],
+    ) -> Server {
         let log_path = data.with_extension("serve.log");
         let log = std::fs::OpenOptions::new()
             .create(true)
@@ -62,11 +77,11 @@ impl Server {
             .open(&log_path)
             .unwrap();
         let _ = std::fs::remove_file(data.join("ports.json"));
+        cmd.arg("serve").arg("--data").arg(data_arg);
+        for l in listen {
+            cmd.args(["--listen", l]);
+        }
         let child = cmd
-            .arg("serve")
-            .arg("--data")
-            .arg(data)
-            .args(["--listen", "127.0.0.1:0"])
             // iSCSI defaults to port 3260; tests in parallel each take a free port.
             .args(["--iscsi-listen", "127.0.0.1:0"])
             .args(extra)
@@ -77,7 +92,7 @@ impl Server {
             .unwrap();
         let mut s = Server {
             child: Some(child),
-            data: data.to_path_buf(),
+            data,
             nbd: String::new(),
             log_path,
         };
@@ -169,6 +184,12 @@ impl Drop for Server {
 /// Runs a command, asserting success; returns stdout.
 pub fn run(cmd: &mut Command) -> String {
     let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert_success(cmd, &out)
+}
+
+/// Asserts `out`, the output of `cmd`, is a success (with both streams in the message if not);
+/// returns stdout.
+pub fn assert_success(cmd: &Command, out: &Output) -> String {
     assert!(
         out.status.success(),
         "{cmd:?} failed ({}):\nstdout: {}\nstderr: {}",
@@ -188,34 +209,8 @@ impl Server {
     /// Like [`Server::start`], but listening on `listen` (each a `--listen` value) instead of
     /// 127.0.0.1:0. `self.nbd` is the first bound address as written to `ports.json`.
     pub fn start_listening(data: &Path, listen: &[&str], extra: &[&str]) -> Server {
-        let log_path = data.with_extension("serve.log");
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log_path)
-            .unwrap();
-        let _ = std::fs::remove_file(data.join("ports.json"));
-        let mut cmd = Command::new(mariner_bin());
-        cmd.arg("serve").arg("--data").arg(data);
-        for l in listen {
-            cmd.args(["--listen", l]);
-        }
-        cmd.args(["--iscsi-listen", "127.0.0.1:0"]);
-        let child = cmd
-            .args(extra)
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        let mut s = Server {
-            child: Some(child),
-            data: data.to_path_buf(),
-            nbd: String::new(),
-            log_path,
-        };
-        s.nbd = s.wait_ready(Duration::from_secs(60));
-        s
+        let cmd = Command::new(mariner_bin());
+        Self::spawn(cmd, data.to_path_buf(), data, listen, extra)
     }
 
     /// SIGTERM (asserting a clean exit), then start again on the same data directory.
@@ -277,12 +272,7 @@ pub fn random_bytes(seed: u64, len: usize) -> Vec<u8> {
 
 /// Resident set size of a process in KiB (from /proc).
 pub fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS in /proc/<pid>/status")
+    status_kib(pid, "VmRSS")
 }
 
 /// Opens an NBD connection to `addr` ("host:port") and negotiates `export` with the
@@ -406,34 +396,9 @@ impl Server {
     /// server's working directory, so a relative `data_arg` is relative to `cwd`. `self.data`
     /// is `cwd.join(data_arg)`, the directory as the test sees it.
     pub fn start_in(cwd: &Path, data_arg: &Path, extra: &[&str]) -> Server {
-        let data = cwd.join(data_arg);
-        let log_path = data.with_extension("serve.log");
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log_path)
-            .unwrap();
-        let _ = std::fs::remove_file(data.join("ports.json"));
-        let child = Command::new(mariner_bin())
-            .current_dir(cwd)
-            .arg("serve")
-            .arg("--data")
-            .arg(data_arg)
-            .args(["--listen", "127.0.0.1:0", "--iscsi-listen", "127.0.0.1:0"])
-            .args(extra)
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        let mut s = Server {
-            child: Some(child),
-            data,
-            nbd: String::new(),
-            log_path,
-        };
-        s.nbd = s.wait_ready(Duration::from_secs(60));
-        s
+        let mut cmd = Command::new(mariner_bin());
+        cmd.current_dir(cwd);
+        Self::spawn(cmd, cwd.join(data_arg), data_arg, &["127.0.0.1:0"], extra)
     }
 }
 
@@ -479,10 +444,11 @@ pub fn require_root(why: &str) {
 }
 
 /// A memory cgroup (v2, or v1) limited to `limit` bytes, page cache included, made for one
-/// test the way memory.rs makes its own; its processes are killed and it is removed on drop.
+/// test (memory.rs, limits.rs); its processes are killed and it is removed on drop.
 pub struct MemCgroup {
     pub path: PathBuf,
     v2: bool,
+    limit: u64,
 }
 
 impl MemCgroup {
@@ -504,7 +470,7 @@ impl MemCgroup {
         );
         let path = root.join(name);
         std::fs::create_dir(&path).unwrap_or_else(|e| panic!("mkdir {}: {e}", path.display()));
-        let cg = MemCgroup { path, v2 };
+        let cg = MemCgroup { path, v2, limit };
         let (file, value) = if v2 {
             // No swap on most test machines; where there is, keep it out of the picture.
             let _ = std::fs::write(cg.path.join("memory.swap.max"), "0");
@@ -527,12 +493,7 @@ impl MemCgroup {
         } else {
             "memory.oom_control"
         };
-        self.read(file)
-            .lines()
-            .filter_map(|l| l.split_once(' '))
-            .find(|(k, _)| *k == "oom_kill")
-            .and_then(|(_, v)| v.trim().parse().ok())
-            .unwrap_or(0)
+        self.key(file, "oom_kill").unwrap_or(0)
     }
 
     /// Peak usage (process memory and page cache) since creation.
@@ -574,10 +535,81 @@ impl Drop for MemCgroup {
 
 /// Peak resident set (VmHWM) of a process in KiB (from /proc).
 pub fn hwm_kib(pid: u32) -> u64 {
+    status_kib(pid, "VmHWM")
+}
+
+// ---- Added for memory.rs and startup.rs (additions only). ----
+
+impl MemCgroup {
+    /// "v2" or "v1".
+    pub fn version(&self) -> &'static str {
+        if self.v2 {
+            "v2"
+        } else {
+            "v1"
+        }
+    }
+
+    /// A `key value` line of a flat-keyed file (memory.events, memory.oom_control).
+    fn key(&self, file: &str, key: &str) -> Option<u64> {
+        self.read(file)
+            .lines()
+            .filter_map(|l| l.split_once(' '))
+            .find(|(k, _)| *k == key)
+            .and_then(|(_, v)| v.trim().parse().ok())
+    }
+
+    /// How often usage hit the limit (and page cache was reclaimed): informative only, hitting
+    /// the limit is expected when the page cache counts.
+    pub fn limit_hits(&self) -> Option<u64> {
+        if self.v2 {
+            self.key("memory.events", "max")
+        } else {
+            self.read("memory.failcnt").trim().parse().ok()
+        }
+    }
+}
+
+/// `qemu-io -f raw -c <cmd>... <url>`: asserts success and that no command printed "failed";
+/// returns the output.
+pub fn qemu_io<S: AsRef<std::ffi::OsStr> + std::fmt::Debug>(url: &str, cmds: &[S]) -> String {
+    let mut cmd = Command::new("qemu-io");
+    cmd.args(["-f", "raw"]);
+    for c in cmds {
+        cmd.arg("-c").arg(c);
+    }
+    let out = run(cmd.arg(url));
+    assert!(!out.contains("failed"), "qemu-io {cmds:?}:\n{out}");
+    out
+}
+
+/// A `<key>: <n> kB` line of /proc/<pid>/status, in KiB.
+fn status_kib(pid: u32, key: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     status
         .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmHWM in /proc/<pid>/status")
+        .unwrap_or_else(|| panic!("{key} in /proc/<pid>/status"))
+}
+
+impl MemCgroup {
+    /// Asserts the server `s` (started in this cgroup) still runs and the kernel OOM-killed
+    /// nothing here; `when` says at which point of the test.
+    pub fn assert_alive(&self, s: &mut Server, when: &str) {
+        let status = s.child.as_mut().unwrap().try_wait().unwrap();
+        assert!(
+            status.is_none(),
+            "{when}: the server died ({status:?}; cgroup oom_kill {}; peak {:?} of {}): {}",
+            self.oom_kills(),
+            self.peak(),
+            self.limit,
+            s.log()
+        );
+        assert_eq!(
+            self.oom_kills(),
+            0,
+            "{when}: the kernel OOM-killed in the cgroup"
+        );
+    }
 }
