@@ -12,7 +12,8 @@
 //!   demand) syncs fail with ENOSPC, and a failed sync loses what it should have made durable.
 //! - [`VolatileDisk`]: wraps a file and holds writes in memory until `sync`, so a process killed
 //!   with `kill -9` loses exactly what it had not synced. Used by the crash tests of the real
-//!   binary: a build that acknowledges before syncing fails them.
+//!   binary: a build that acknowledges before syncing fails them. Its write-through mode
+//!   stands for an `O_DSYNC` device: a write is durable when it returns.
 //!
 //! All offsets and lengths are bytes, `u64`. Reads past the end fail with `UnexpectedEof`.
 

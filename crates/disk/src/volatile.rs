@@ -5,6 +5,11 @@
 //! file. A process killed with `kill -9` loses exactly what it had not synced — unlike a plain
 //! file, whose unsynced writes survive in the page cache — so a crash test over the real binary
 //! catches a build that acknowledges a write before syncing it.
+//!
+//! [`VolatileDisk::write_through`] models a device opened with `O_DSYNC` (the `--direct-io`
+//! log): each write goes to the file, opened with `O_DSYNC` too, before it returns, so it
+//! survives the kill; only punched holes and length changes wait for `sync`. A build that
+//! acknowledges a batch before its write returned then loses acknowledged writes.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -140,18 +145,31 @@ impl Overlay {
 pub struct VolatileDisk {
     file: FileDisk,
     align: usize,
+    /// Writes are durable when they return (`O_DSYNC`), not held until `sync`.
+    write_through: bool,
     overlay: Mutex<Overlay>,
 }
 
 impl VolatileDisk {
     /// Wraps `file`; nothing written through the result reaches it before `sync`.
-    pub fn new(mut file: FileDisk) -> io::Result<VolatileDisk> {
+    pub fn new(file: FileDisk) -> io::Result<VolatileDisk> {
+        VolatileDisk::with_mode(file, false)
+    }
+
+    /// Wraps `file`, which should be opened with `O_DSYNC`: every write reaches it before it
+    /// returns; punched holes and length changes are held until `sync` (see the module doc).
+    pub fn write_through(file: FileDisk) -> io::Result<VolatileDisk> {
+        VolatileDisk::with_mode(file, true)
+    }
+
+    fn with_mode(mut file: FileDisk, write_through: bool) -> io::Result<VolatileDisk> {
         let align = file.alignment();
         file.make_buffered()?;
         let len = file.len()?;
         Ok(VolatileDisk {
             file,
             align,
+            write_through,
             overlay: Mutex::new(Overlay::new(len)),
         })
     }
@@ -175,6 +193,15 @@ impl VolatileDisk {
         if overlay.len != overlay.base_limit {
             self.file.set_len(overlay.len)?;
         }
+        Ok(())
+    }
+
+    /// Applies the overlay to the file, fdatasyncs it and empties the overlay.
+    fn flush(&self, overlay: &mut Overlay) -> io::Result<()> {
+        self.flush_len(overlay)?;
+        self.flush_chunks(overlay)?;
+        self.file.sync()?;
+        *overlay = Overlay::new(overlay.len);
         Ok(())
     }
 
@@ -224,21 +251,25 @@ impl Disk for VolatileDisk {
         if self.file.is_block_device() && end > overlay.len {
             return Err(past_end(offset, buf.len() as u64, overlay.len));
         }
+        if self.write_through && end <= overlay.base_limit {
+            // Over file bytes that are still valid: straight to the file, durable on return,
+            // and newer than anything the overlay held there.
+            self.file.write_at(buf, offset)?;
+            return overlay.clear_range(offset, end);
+        }
         overlay.insert(offset, Chunk::Data(buf.to_vec()))?;
         if !buf.is_empty() {
             overlay.len = overlay.len.max(end);
+        }
+        if self.write_through {
+            // Past a pending truncation or the end: the file needs its length first.
+            return self.flush(&mut overlay);
         }
         Ok(())
     }
 
     fn sync(&self) -> io::Result<()> {
-        let mut overlay = self.lock();
-        self.flush_len(&overlay)?;
-        self.flush_chunks(&overlay)?;
-        self.file.sync()?;
-        let len = overlay.len;
-        *overlay = Overlay::new(len);
-        Ok(())
+        self.flush(&mut self.lock())
     }
 
     fn len(&self) -> io::Result<u64> {

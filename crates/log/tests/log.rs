@@ -450,6 +450,12 @@ fn crash_round(seed: u64, devices: usize, depth: u32) -> (usize, u64, usize) {
     }
     log.shutdown();
     let (log2, rec) = open(&crashed, 0).unwrap();
+    // Consumers apply the records as listed: out of order, an older write would win.
+    let seqs: Vec<u64> = rec.records.iter().map(|f| f.header.seq).collect();
+    assert!(
+        seqs.windows(2).all(|w| w[0] < w[1]),
+        "seed {seed}: records not in sequence order: {seqs:?}"
+    );
     let found: BTreeMap<u64, _> = rec.records.iter().map(|f| (f.header.seq, *f)).collect();
     for (seq, (tag, len)) in &acked_at_crash {
         let f = found
@@ -555,6 +561,11 @@ fn crash_rounds_at_least(first_seed: u64, devices: usize, depth: u32, rounds: us
 #[test]
 fn crashes_lose_no_acknowledged_record_two_devices() {
     crash_rounds(100, 2, 1);
+}
+
+#[test]
+fn crashes_lose_no_acknowledged_record_two_devices_four_batches_in_flight() {
+    crash_rounds_at_least(500, 2, 4, 60);
 }
 
 #[test]

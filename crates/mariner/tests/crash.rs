@@ -2,7 +2,10 @@
 //!
 //! The server runs with `--test-volatile`, which keeps every unsynced write to the log devices
 //! and the images in process memory, so SIGKILL loses exactly what was not synced: a build that
-//! acknowledged a write before its batch was durable loses acknowledged writes here.
+//! acknowledged a write before its batch was durable loses acknowledged writes here. One
+//! variant adds `--direct-io`: the log devices are then written with `O_DSYNC` and never
+//! synced, each write durable when it returns (the direct-io durability path, without the page
+//! cache bypass).
 //!
 //! Each cycle: start (recover) the server on the same data directory, read the test region back
 //! and check it against what the clients saw in the previous cycle, then let several writer
@@ -889,12 +892,12 @@ fn final_clean_restart(
     );
 }
 
-/// Total kill cycles: MARINER_CRASH_CYCLES or the default, split over the two variants.
+/// Total kill cycles: MARINER_CRASH_CYCLES or the default, split over the three variants.
 fn cycles_for(variant: u64) -> u64 {
     let total = env_u64("MARINER_CRASH_CYCLES")
         .unwrap_or(DEFAULT_CYCLES)
-        .max(2);
-    total / 2 + if variant == 0 { total % 2 } else { 0 }
+        .max(3);
+    total / 3 + if variant == 0 { total % 3 } else { 0 }
 }
 
 fn base_args() -> Vec<String> {
@@ -920,6 +923,13 @@ fn kill_cycles_two_log_devices() {
     let mut args = base_args();
     args.extend(["--log-dev", "{dir}/logA", "--log-dev", "{dir}/logB"].map(String::from));
     crash_cycles("crash-2dev", cycles_for(1), &args);
+}
+
+#[test]
+fn kill_cycles_direct_io() {
+    let mut args = base_args();
+    args.push("--direct-io".into());
+    crash_cycles("crash-direct", cycles_for(2), &args);
 }
 
 // ---------------------------------------------------------------------------------------------

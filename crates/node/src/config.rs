@@ -133,7 +133,9 @@ pub struct LimitsSection {
 #[serde(deny_unknown_fields, default)]
 pub struct TestSection {
     /// Hold every write to log devices and images in memory until it is synced, so `kill -9`
-    /// loses exactly what was not synced. For crash tests.
+    /// loses exactly what was not synced. For crash tests. With `log.direct_io` the log
+    /// devices keep `O_DSYNC` (a write is durable when it returns) and only lose the page
+    /// cache bypass.
     pub volatile: bool,
     /// Do not apply records to the images (recovery measurements).
     pub pause_apply: bool,

@@ -566,14 +566,19 @@ pub(crate) fn open_disk(
     direct: bool,
     volatile: bool,
 ) -> Result<Arc<dyn Disk>, NodeError> {
-    let opts = OpenOptions::new()
-        .direct(direct && !volatile)
-        .dsync(direct && !volatile);
+    // Volatile and direct: the O_DSYNC durability path of the direct log, with writes through
+    // the page cache (VolatileDisk turns O_DIRECT off but keeps its alignment rules), so a
+    // kill -9 keeps exactly the writes that returned.
+    let opts = OpenOptions::new().direct(direct).dsync(direct);
     let f = FileDisk::open(path, &opts)
         .map_err(|e| NodeError::Io(format!("{}: {e}", path.display())))?;
     if volatile {
-        let v = VolatileDisk::new(f).map_err(|e| NodeError::Io(e.to_string()))?;
-        return Ok(Arc::new(v));
+        let v = if direct {
+            VolatileDisk::write_through(f)
+        } else {
+            VolatileDisk::new(f)
+        };
+        return Ok(Arc::new(v.map_err(|e| NodeError::Io(e.to_string()))?));
     }
     Ok(Arc::new(f))
 }
@@ -604,7 +609,7 @@ pub(crate) fn log_config(cfg: &Config) -> LogConfig {
             l.t_switch
         },
         dispatch_on_idle: l.dispatch_on_idle,
-        sync_each_write: !l.direct_io || cfg.test.volatile,
+        sync_each_write: !l.direct_io,
         device_depth: l.device_depth,
         model: LinearModel::default(),
     }

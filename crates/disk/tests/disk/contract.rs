@@ -3,7 +3,9 @@
 use std::io;
 use std::sync::Arc;
 
-use mariner_disk::{Disk, Extent, FaultyDisk, FileDisk, FullDisk, MemDisk, VolatileDisk};
+use mariner_disk::{
+    Disk, Extent, FaultyDisk, FileDisk, FullDisk, MemDisk, OpenOptions, VolatileDisk,
+};
 
 use crate::{disk_path, pattern, read_all, tempdir};
 
@@ -155,6 +157,18 @@ fn volatile_disk_keeps_the_contract() -> io::Result<()> {
     let disk = VolatileDisk::new(FileDisk::create_sized(disk_path(&dir), 0)?)?;
     check_contract(&disk)?;
     // Everything was synced: the file holds the same image.
+    let file = FileDisk::open(disk_path(&dir), &Default::default())?;
+    assert!(read_all(&file)? == read_all(&disk)?);
+    Ok(())
+}
+
+#[test]
+fn write_through_volatile_disk_keeps_the_contract() -> io::Result<()> {
+    let dir = tempdir()?;
+    FileDisk::create_sized(disk_path(&dir), 0)?;
+    let file = FileDisk::open(disk_path(&dir), &OpenOptions::new().dsync(true))?;
+    let disk = VolatileDisk::write_through(file)?;
+    check_contract(&disk)?;
     let file = FileDisk::open(disk_path(&dir), &Default::default())?;
     assert!(read_all(&file)? == read_all(&disk)?);
     Ok(())

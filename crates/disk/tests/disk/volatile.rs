@@ -154,3 +154,36 @@ fn direct_file_keeps_its_alignment_rules() -> io::Result<()> {
     assert_eq!(&back[..], &buf[..]);
     Ok(())
 }
+
+#[test]
+fn write_through_writes_are_in_the_file_when_they_return() -> io::Result<()> {
+    let dir = tempdir()?;
+    let file = FileDisk::create_sized(disk_path(&dir), 0)?;
+    file.write_at(&pattern(10_000, 1), 0)?;
+    let file = FileDisk::open(disk_path(&dir), &OpenOptions::new().dsync(true))?;
+    let disk = VolatileDisk::write_through(file)?;
+
+    // A hole punched (held), then partly overwritten: the write wins where it lands.
+    disk.punch_hole(0, 4096)?;
+    disk.write_at(&pattern(3000, 2), 1234)?;
+    let mut expected = pattern(10_000, 1);
+    expected[..4096].fill(0);
+    expected[1234..4234].copy_from_slice(&pattern(3000, 2));
+    assert!(read_all(&disk)? == expected);
+    assert_eq!(disk.unsynced_bytes(), 1234, "the hole before the write");
+
+    // Killed now: the write is in the file; the punched hole around it is not.
+    let mut in_file = pattern(10_000, 1);
+    in_file[1234..4234].copy_from_slice(&pattern(3000, 2));
+    assert!(read_all(&reopen(&dir)?)? == in_file);
+
+    // A write past the end takes the file's new length with it (and, more durable than
+    // O_DSYNC, whatever was held).
+    disk.write_at(b"tail", 12_000)?;
+    expected.resize(12_000, 0);
+    expected.extend_from_slice(b"tail");
+    assert!(read_all(&disk)? == expected);
+    assert!(read_all(&reopen(&dir)?)? == expected);
+    assert_eq!(disk.unsynced_bytes(), 0);
+    Ok(())
+}
