@@ -94,7 +94,11 @@ fn nbd_read_start(s: &mut TcpStream, len: u32) -> Vec<u8> {
     s.write_all(&req).unwrap();
     let mut reply = [0u8; 16];
     s.read_exact(&mut reply).unwrap();
-    assert_eq!(reply[..4], 0x6744_6698u32.to_be_bytes(), "simple reply magic");
+    assert_eq!(
+        reply[..4],
+        0x6744_6698u32.to_be_bytes(),
+        "simple reply magic"
+    );
     assert_eq!(reply[4..8], [0; 4], "NBD read error");
     let mut data = vec![0; len as usize];
     s.read_exact(&mut data).unwrap();
@@ -109,7 +113,10 @@ fn restart(data: &Path, args: &[&str], first_block: &[u8]) -> (Server, Recovery)
     let (mut nbd, _, _) = nbd_connect(&s.nbd, "");
     let got = nbd_read_start(&mut nbd, first_block.len() as u32);
     let until_serving = t.elapsed();
-    assert!(got == first_block, "the first block read back wrong after restart");
+    assert!(
+        got == first_block,
+        "the first block read back wrong after restart"
+    );
     drop(nbd);
     let status: serde_json::Value = serde_json::from_str(&admin_get(data, "/v1/status")).unwrap();
     let r = &status["recovery"];

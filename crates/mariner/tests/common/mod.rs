@@ -588,7 +588,9 @@ pub fn hwm_kib(pid: u32) -> u64 {
 /// so that a request the server never answers fails the test instead of hanging it.
 pub fn qemu_io_output(args: &[&str], url: &str, cmds: &[&str]) -> Output {
     let mut c = Command::new("timeout");
-    c.args(["-k", "10", "120", "qemu-io"]).args(args).args(["-f", "raw"]);
+    c.args(["-k", "10", "120", "qemu-io"])
+        .args(args)
+        .args(["-f", "raw"]);
     for cmd in cmds {
         c.arg("-c").arg(cmd);
     }
