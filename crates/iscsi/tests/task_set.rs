@@ -27,7 +27,41 @@ const GATED_LBA: u64 = 7;
 /// A memory backend whose reads of [`GATED_LBA`] block until the test releases them.
 struct Gated {
     inner: MemoryBackend,
-    gate: Arc<Semaphore>,
+    gate: Gate,
+}
+
+/// The test's side of the gate: it learns when a read has reached the gate and lets reads
+/// through.
+#[derive(Clone)]
+struct Gate {
+    /// One permit lets one gated read through.
+    permits: Arc<Semaphore>,
+    /// One permit for every gated read that has arrived at the gate.
+    arrived: Arc<Semaphore>,
+}
+
+impl Gate {
+    fn new() -> Self {
+        Gate {
+            permits: Arc::new(Semaphore::new(0)),
+            arrived: Arc::new(Semaphore::new(0)),
+        }
+    }
+
+    /// Lets `n` gated reads through.
+    fn add_permits(&self, n: usize) {
+        self.permits.add_permits(n);
+    }
+
+    /// Waits until `n` more gated reads are waiting at the gate (so the server is running
+    /// them), or fails after 10 s.
+    async fn reached(&self, n: u32) {
+        tokio::time::timeout(Duration::from_secs(10), self.arrived.acquire_many(n))
+            .await
+            .expect("the gated reads did not reach the backend within 10 s")
+            .unwrap()
+            .forget();
+    }
 }
 
 #[async_trait]
@@ -37,7 +71,8 @@ impl BlockBackend for Gated {
     }
     async fn read(&self, lba: u64, blocks: u32) -> Result<Vec<u8>, BackendError> {
         if lba == GATED_LBA {
-            self.gate.acquire().await.unwrap().forget();
+            self.gate.arrived.add_permits(1);
+            self.gate.permits.acquire().await.unwrap().forget();
         }
         self.inner.read(lba, blocks).await
     }
@@ -246,8 +281,8 @@ impl Client {
     }
 }
 
-async fn start() -> (std::net::SocketAddr, Arc<Semaphore>) {
-    let gate = Arc::new(Semaphore::new(0));
+async fn start() -> (std::net::SocketAddr, Gate) {
+    let gate = Gate::new();
     let backend = Gated {
         inner: MemoryBackend::new("g", 512, 64),
         gate: gate.clone(),
@@ -293,7 +328,7 @@ async fn abort_task_aborts_a_running_task_and_it_never_answers() {
     let mut c = Client::login(addr).await;
     let (blocked, sn) = c.read10(20, GATED_LBA as u32);
     c.send(&blocked).await;
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    gate.reached(1).await;
     let tmf = c.tmf(1, 21, 20, sn);
     c.send(&tmf).await;
     let r = c.recv().await;
@@ -317,7 +352,7 @@ async fn lun_reset_aborts_every_running_task() {
         let (p, _) = c.read10(itt, GATED_LBA as u32);
         c.send(&p).await;
     }
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    gate.reached(3).await;
     let tmf = c.tmf(5, 40, 0xffff_ffff, 0);
     c.send(&tmf).await;
     let r = c.recv().await;
@@ -355,7 +390,7 @@ async fn lun_reset_aborts_another_sessions_task_and_leaves_a_unit_attention_for_
     let mut b = Client::login_as(addr, 2).await;
     let (blocked, _) = a.read10(60, GATED_LBA as u32);
     a.send(&blocked).await;
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    gate.reached(1).await;
     let tmf = b.tmf(5, 70, 0xffff_ffff, 0);
     b.send(&tmf).await;
     let r = b.recv().await;
@@ -408,11 +443,11 @@ async fn a_data_sn_out_of_sequence_fails_the_write_once_the_burst_is_over() {
 
 #[tokio::test]
 async fn a_logout_right_after_a_lun_reset_is_answered_after_the_reset() {
-    let (addr, _gate) = start().await;
+    let (addr, gate) = start().await;
     let mut c = Client::login(addr).await;
     let (blocked, _) = c.read10(100, GATED_LBA as u32);
     c.send(&blocked).await;
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    gate.reached(1).await;
     let tmf = c.tmf(5, 101, 0xffff_ffff, 0);
     let mut logout = Pdu::new(Opcode::LogoutRequest);
     logout.bhs[1] = 0x80;

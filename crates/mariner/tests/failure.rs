@@ -5,20 +5,25 @@
 mod common;
 
 use common::*;
-use std::process::Command;
+use std::process::{Command, Output};
 
-fn qemu_io(url: &str, cmd: &str) -> std::process::Output {
-    Command::new("qemu-io")
-        .args(["-f", "raw", "-c", cmd, url])
-        .output()
-        .unwrap()
+fn qemu_io(url: &str, cmd: &str) -> Output {
+    qemu_io_output(&[], url, &[cmd])
 }
 
-fn qemu_io_ro(url: &str, cmd: &str) -> std::process::Output {
-    Command::new("qemu-io")
-        .args(["-r", "-f", "raw", "-c", cmd, url])
-        .output()
-        .unwrap()
+fn qemu_io_ro(url: &str, cmd: &str) -> Output {
+    qemu_io_output(&["-r"], url, &[cmd])
+}
+
+/// Asserts qemu-io exited 0, reported no failed command (a pattern mismatch), and printed
+/// `done` (e.g. "read 4096/4096").
+fn assert_done(out: &Output, done: &str, what: &str) {
+    let text = output_text(out);
+    assert!(
+        qemu_io_succeeded(out) && text.contains(done),
+        "{what}: {}\n{text}",
+        out.status
+    );
 }
 
 #[test]
@@ -36,9 +41,7 @@ fn a_failing_log_device_turns_volumes_read_only_until_restart() {
     let mut failed = false;
     for i in 0..100u64 {
         let out = qemu_io(&url, &format!("write -P {} {} 4k", i % 250 + 1, i * 4096));
-        let text = String::from_utf8_lossy(&out.stdout).to_string()
-            + &String::from_utf8_lossy(&out.stderr);
-        if text.contains("wrote 4096/4096") {
+        if qemu_io_succeeded(&out) && output_text(&out).contains("wrote 4096/4096") {
             acked.push(i);
         } else {
             failed = true;
@@ -57,18 +60,16 @@ fn a_failing_log_device_turns_volumes_read_only_until_restart() {
     assert!(metrics.contains("mariner_log_failed 1"), "{metrics}");
     let out = qemu_io(&url, "write -P 9 0 4k");
     assert!(
-        !String::from_utf8_lossy(&out.stdout).contains("wrote 4096/4096"),
-        "write after failure accepted"
+        !out.status.success() && !output_text(&out).contains("wrote 4096/4096"),
+        "write after failure accepted: {}",
+        output_text(&out)
     );
     // A new client sees a read-only export; acknowledged data is still readable.
     let info = run(Command::new("nbdinfo").arg(&url));
     assert!(info.contains("is_read_only: true"), "{info}");
     for &i in &acked {
         let out = qemu_io_ro(&url, &format!("read -P {} {} 4k", i % 250 + 1, i * 4096));
-        assert!(
-            String::from_utf8_lossy(&out.stdout).contains("read 4096/4096"),
-            "block {i}: {out:?}"
-        );
+        assert_done(&out, "read 4096/4096", &format!("block {i}"));
     }
     s.kill();
     // A restart without the fault recovers every acknowledged write and accepts writes again.
@@ -76,15 +77,11 @@ fn a_failing_log_device_turns_volumes_read_only_until_restart() {
     let url = s.url("vol0");
     for &i in &acked {
         let out = qemu_io(&url, &format!("read -P {} {} 4k", i % 250 + 1, i * 4096));
-        assert!(
-            String::from_utf8_lossy(&out.stdout).contains("read 4096/4096"),
-            "block {i} after restart: {out:?}"
-        );
+        assert_done(&out, "read 4096/4096", &format!("block {i} after restart"));
     }
     let out = qemu_io(&url, "write -P 7 0 4k");
-    assert!(
-        String::from_utf8_lossy(&out.stdout).contains("wrote 4096/4096"),
-        "{out:?}"
-    );
+    assert_done(&out, "wrote 4096/4096", "write after restart");
+    let out = qemu_io(&url, "read -P 7 0 4k");
+    assert_done(&out, "read 4096/4096", "read of the write after restart");
     assert!(s.stop().success());
 }

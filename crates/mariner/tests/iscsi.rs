@@ -277,7 +277,10 @@ fn qemu_img_convert_and_compare_over_iscsi() {
         "read -P 0x5a 1M 64k",
         &url,
     ]));
-    assert!(out.contains("read 65536/65536"), "{out}");
+    assert!(
+        out.contains("read 65536/65536") && !out.contains("failed"),
+        "{out}"
+    );
 }
 
 const INITIATOR_A: &str = "iqn.2026-11.dev.mariner.test:node-a";

@@ -1,14 +1,18 @@
 //! Recovery time: a 1 GiB log filled with applying paused (`--test-pause-apply`), then kill -9;
-//! the restart must replay the whole log in at most 5 s, and the data must read back intact.
+//! the restart must serve again within 5 s, and the data must read back intact.
 //!
 //! Two restarts are measured: the first with the log still in the page cache (apply still
-//! paused, so the log stays full), the second after dropping the page cache when running as
-//! root (cold: the scan reads the log from the disk), with applying resumed. Both are bounded.
+//! paused, so the log stays full), the second after dropping the page cache (cold: the scan
+//! reads the log from the disk), with applying resumed. Both are bounded. The time measured is
+//! the client's: from spawning the process until an NBD read of the first block returns the
+//! right bytes; the server's own recovery time is reported beside it. Dropping the page cache
+//! needs root: without it the test fails rather than measure a warm cache twice.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
 use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::process::Command;
@@ -72,14 +76,48 @@ struct Recovery {
     records_replayed: u64,
     voided: u64,
     bytes_scanned: u64,
-    /// From spawning the process to its ports being published.
+    /// From spawning the process until an NBD read of the first block returned.
     until_serving: Duration,
 }
 
-fn restart(data: &Path, args: &[&str]) -> (Server, Recovery) {
+/// NBD_CMD_READ of `len` bytes at offset 0 on a connection in the transmission phase (simple
+/// replies: `nbd_connect` negotiates no structured replies).
+#[allow(clippy::big_endian_bytes)] // the NBD wire is big-endian
+fn nbd_read_start(s: &mut TcpStream, len: u32) -> Vec<u8> {
+    let mut req = Vec::with_capacity(28);
+    req.extend_from_slice(&0x2560_9513u32.to_be_bytes());
+    req.extend_from_slice(&0u16.to_be_bytes()); // flags
+    req.extend_from_slice(&0u16.to_be_bytes()); // NBD_CMD_READ
+    req.extend_from_slice(&1u64.to_be_bytes()); // cookie
+    req.extend_from_slice(&0u64.to_be_bytes()); // offset
+    req.extend_from_slice(&len.to_be_bytes());
+    s.write_all(&req).unwrap();
+    let mut reply = [0u8; 16];
+    s.read_exact(&mut reply).unwrap();
+    assert_eq!(
+        reply[..4],
+        0x6744_6698u32.to_be_bytes(),
+        "simple reply magic"
+    );
+    assert_eq!(reply[4..8], [0; 4], "NBD read error");
+    let mut data = vec![0; len as usize];
+    s.read_exact(&mut data).unwrap();
+    data
+}
+
+/// Starts the server and waits until it serves: its ports are published and a read of the
+/// first block returns `first_block` (`nbd_connect` sets a 30 s read time-out).
+fn restart(data: &Path, args: &[&str], first_block: &[u8]) -> (Server, Recovery) {
     let t = Instant::now();
     let s = Server::start(data, args);
+    let (mut nbd, _, _) = nbd_connect(&s.nbd, "");
+    let got = nbd_read_start(&mut nbd, first_block.len() as u32);
     let until_serving = t.elapsed();
+    assert!(
+        got == first_block,
+        "the first block read back wrong after restart"
+    );
+    drop(nbd);
     let status: serde_json::Value = serde_json::from_str(&admin_get(data, "/v1/status")).unwrap();
     let r = &status["recovery"];
     let rec = Recovery {
@@ -99,19 +137,18 @@ fn restart(data: &Path, args: &[&str]) -> (Server, Recovery) {
     (s, rec)
 }
 
-/// Drops the page cache so the next scan reads the disk; needs root, else says so.
-fn drop_caches() -> &'static str {
-    let _ = Command::new("sync").status();
-    match std::fs::write("/proc/sys/vm/drop_caches", "1") {
-        Ok(()) => "cold cache",
-        Err(_) => "warm cache (not root: could not drop the page cache)",
+/// Drops the page cache so the next scan reads the disk (needs root: checked up front).
+fn drop_caches() {
+    run(&mut Command::new("sync"));
+    if let Err(e) = std::fs::write("/proc/sys/vm/drop_caches", "1") {
+        panic!("could not drop the page cache, so the cold restart would be warm: {e}");
     }
 }
 
 fn report(label: &str, r: &Recovery, expected_records: u64) {
     println!(
-        "recovery ({label}): {:.1} ms for {} records replayed ({} expected), {} voided, {:.1} MiB \
-         scanned; {:.0} ms from spawn to serving",
+        "recovery ({label}): server reports {:.1} ms for {} records replayed ({} expected), {} voided, {:.1} MiB \
+         scanned; {:.0} ms from spawn to serving the first read",
         r.elapsed_ms,
         r.records_replayed,
         expected_records,
@@ -126,10 +163,11 @@ fn report(label: &str, r: &Recovery, expected_records: u64) {
          applied",
         r.records_replayed
     );
+    let serving_ms = r.until_serving.as_secs_f64() * 1000.0;
     assert!(
-        r.elapsed_ms <= RECOVERY_LIMIT_MS,
-        "{label}: recovery took {:.1} ms, over the {RECOVERY_LIMIT_MS} ms budget",
-        r.elapsed_ms
+        serving_ms <= RECOVERY_LIMIT_MS,
+        "{label}: serving again took {serving_ms:.1} ms from spawn, over the \
+         {RECOVERY_LIMIT_MS} ms budget"
     );
 }
 
@@ -137,6 +175,7 @@ fn report(label: &str, r: &Recovery, expected_records: u64) {
 fn a_full_one_gib_log_recovers_within_five_seconds() {
     require("nbdcopy");
     require("qemu-img");
+    require_root("the cold restart (dropping the page cache)");
     let dir = scratch("recovery");
     let data = dir.path().join("data");
     let src = dir.path().join("src.raw");
@@ -166,16 +205,27 @@ fn a_full_one_gib_log_recovers_within_five_seconds() {
     s.kill();
 
     let expected = FILL_BYTES / REQUEST_BYTES;
-    let (mut s, warm) = restart(&data, &paused);
+    let first_block = first_block_of(&src);
+    let (mut s, warm) = restart(&data, &paused, &first_block);
     report("warm cache, apply paused", &warm, expected);
     s.kill();
 
-    let cache = drop_caches();
-    let (mut s, cold) = restart(&data, &unpaused);
-    report(cache, &cold, expected);
+    drop_caches();
+    let (mut s, cold) = restart(&data, &unpaused, &first_block);
+    report("cold cache", &cold, expected);
     run(Command::new("qemu-img")
         .args(["compare", "-f", "raw", "-F", "raw"])
         .arg(&src)
         .arg(s.url("")));
     assert!(s.stop().success(), "unclean exit on SIGTERM: {}", s.log());
+}
+
+/// The first 4 KiB of `path`.
+fn first_block_of(path: &Path) -> Vec<u8> {
+    let mut block = vec![0; 4096];
+    std::fs::File::open(path)
+        .unwrap()
+        .read_exact(&mut block)
+        .unwrap();
+    block
 }

@@ -372,7 +372,9 @@ async fn many_requests_in_flight() {
             panic!("bad reply")
         };
         let mut data = vec![0; 4096];
-        c.stream.read_exact(&mut data).await.unwrap();
+        within("a READ payload", c.stream.read_exact(&mut data))
+            .await
+            .unwrap();
         assert_eq!(data, pattern(4096, (cookie - 2000) as u8));
     }
     c.disconnect().await;
@@ -403,7 +405,9 @@ async fn export_name_negotiation() {
         s.write_u32(client_flags).await.unwrap();
         send_option(&mut s, OPT_EXPORT_NAME, b"").await; // default export
         let mut reply = vec![0; reply_len];
-        s.read_exact(&mut reply).await.unwrap();
+        within("the EXPORT_NAME reply", s.read_exact(&mut reply))
+            .await
+            .unwrap();
         let mut r = &reply[..];
         assert_eq!(r.get_u64(), SIZE as u64);
         assert_eq!(r.get_u16() & 1, 1);
@@ -549,14 +553,19 @@ async fn serve_connection_over_any_stream() {
     ));
     let (mut rd, mut wr) = tokio::io::split(client);
     let mut greeting = [0u8; 18];
-    rd.read_exact(&mut greeting).await.unwrap();
+    within("the greeting", rd.read_exact(&mut greeting))
+        .await
+        .unwrap();
     wr.write_u32(3).await.unwrap();
     let mut opt = Vec::new();
     opt.put_u64(IHAVEOPT);
     opt.put_u32(OPT_ABORT);
     opt.put_u32(0);
     wr.write_all(&opt).await.unwrap();
-    assert_eq!(rd.read_u64().await.unwrap(), REPLY_MAGIC);
+    assert_eq!(
+        within("the option reply", rd.read_u64()).await.unwrap(),
+        REPLY_MAGIC
+    );
     tokio::time::timeout(TIMEOUT, task)
         .await
         .unwrap()

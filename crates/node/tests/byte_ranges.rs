@@ -228,8 +228,8 @@ async fn a_partial_write_racing_a_whole_block_iscsi_write_loses_neither() {
         });
         let aligned =
             tokio::spawn(async move { BlockBackend::write(&*v2, block, Bytes::from(w)).await });
-        partial.await.unwrap().unwrap();
-        aligned.await.unwrap().unwrap();
+        joined(partial).await.unwrap();
+        joined(aligned).await.unwrap();
         let got = read(&vol, offset, BLOCK as u32).await;
         assert!(
             either_order(&whole, &part, at).contains(&got),
@@ -271,7 +271,7 @@ async fn concurrent_partial_writes_of_one_block_all_land() {
             }
         }
         for t in tasks {
-            t.await.unwrap().unwrap();
+            joined(t).await.unwrap();
         }
         let start = round * 4 * BLOCK;
         let got = read(&vol, start, 4 * BLOCK as u32).await;
@@ -282,4 +282,13 @@ async fn concurrent_partial_writes_of_one_block_all_land() {
         );
     }
     node.shutdown();
+}
+
+/// Awaits a spawned write for at most 30 s: writers that deadlock on a block's lock must fail
+/// the test, not hang it.
+async fn joined<T>(task: tokio::task::JoinHandle<T>) -> T {
+    tokio::time::timeout(std::time::Duration::from_secs(30), task)
+        .await
+        .expect("a concurrent write did not finish within 30 s (deadlock?)")
+        .unwrap()
 }

@@ -613,3 +613,30 @@ impl MemCgroup {
         );
     }
 }
+
+// ---- Added for failure.rs (additions only). ----
+
+/// qemu-io with `args` (e.g. `-r`) and `cmds` (each a `-c` command) on `url`, killed after 120 s
+/// so that a request the server never answers fails the test instead of hanging it.
+pub fn qemu_io_output(args: &[&str], url: &str, cmds: &[&str]) -> Output {
+    let mut c = Command::new("timeout");
+    c.args(["-k", "10", "120", "qemu-io"])
+        .args(args)
+        .args(["-f", "raw"]);
+    for cmd in cmds {
+        c.arg("-c").arg(cmd);
+    }
+    c.arg(url).output().unwrap()
+}
+
+/// qemu-io's stdout then stderr.
+pub fn output_text(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+}
+
+/// Whether a qemu-io run did everything it was asked: exit 0 and no failed command. The text
+/// alone proves nothing: qemu-io prints "read 4096/4096 bytes" right after "Pattern verification
+/// failed", and the exit status is what tells the two apart.
+pub fn qemu_io_succeeded(out: &Output) -> bool {
+    out.status.success() && !output_text(out).contains("failed")
+}

@@ -400,7 +400,9 @@ impl Client {
                 return Err(error);
             }
             let mut data = vec![0; len as usize];
-            self.stream.read_exact(&mut data).await.unwrap();
+            within("the READ payload", self.stream.read_exact(&mut data))
+                .await
+                .unwrap();
             return Ok(data);
         }
         let mut data = vec![0; len as usize];
@@ -514,4 +516,12 @@ pub async fn eventually(mut cond: impl FnMut() -> bool) {
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+/// Awaits `f`, failing the test with `what` if it takes longer than [`TIMEOUT`]: a server that
+/// stops short of what it owes must fail a test, not hang it.
+pub async fn within<F: std::future::Future>(what: &str, f: F) -> F::Output {
+    tokio::time::timeout(TIMEOUT, f)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: nothing within {TIMEOUT:?}"))
 }
