@@ -487,10 +487,10 @@ impl Log {
     ) -> Result<Vec<(RecordHeader, std::ops::Range<usize>)>, LogError> {
         let (dev, disk) = self.device_of(addr)?;
         let io = |source| LogError::Io { dev, source };
-        let max = u64::from(self.inner.max_payload) + RECORD_HEADER_LEN as u64;
+        let max = self.max_read_following();
         let len = usize::try_from(len)
             .ok()
-            .filter(|&l| l as u64 <= self.inner.sb.segment_bytes.max(max))
+            .filter(|&l| l as u64 <= max)
             .ok_or(LogError::TooLarge { bytes: len, max })?;
         buf.resize(len, 0);
         read_unaligned(disk.as_ref(), buf, addr.offset()).map_err(io)?;
@@ -530,6 +530,13 @@ impl Log {
     /// The largest write payload one record can hold.
     pub fn max_payload(&self) -> u32 {
         self.inner.max_payload
+    }
+
+    /// The most bytes one [`Log::read_following`] reads: a segment, or one largest record
+    /// if that is more. A run of records read back together must fit in it.
+    pub fn max_read_following(&self) -> u64 {
+        let max = u64::from(self.inner.max_payload) + RECORD_HEADER_LEN as u64;
+        self.inner.sb.segment_bytes.max(max)
     }
 
     /// Why the log failed, if it did.

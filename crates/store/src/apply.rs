@@ -33,8 +33,10 @@ const READBACK_BYTES: u64 = 1 << 20;
 /// How many records at the front of `items` to read back from the log with one read: write
 /// records without a payload in memory that lie back to back on one device (each starts
 /// where the previous one's span ends, as the records of a batch and of batches written one
-/// after another do), at most [`READBACK_BYTES`] in all.
-fn readback_run(items: &[Item]) -> usize {
+/// after another do), at most `max_bytes` in all: [`READBACK_BYTES`], or less where the log
+/// reads less at once ([`mariner_log::Log::max_read_following`]: a segment of a log formatted
+/// with segments under 1 MiB; a longer run failed the store).
+fn readback_run(items: &[Item], max_bytes: u64) -> usize {
     let needs_read = |i: &Item| i.header.kind == RecordKind::Write && i.payload.is_none();
     let Some(first) = items.first().filter(|i| needs_read(i)) else {
         return 0;
@@ -46,7 +48,7 @@ fn readback_run(items: &[Item]) -> usize {
             && item.addr.offset() == prev.addr.offset() + u64::from(prev.header.span);
         let end =
             item.addr.offset() + RECORD_HEADER_LEN as u64 + u64::from(item.header.payload_len);
-        if !needs_read(item) || !follows || end - first.addr.offset() > READBACK_BYTES {
+        if !needs_read(item) || !follows || end - first.addr.offset() > max_bytes {
             break;
         }
         n += 1;
@@ -309,9 +311,12 @@ impl Store {
 
     /// Applies `items` in order; on error, returns the index of the record it stopped at.
     fn apply_items(&self, items: &[Item], c: &mut Cursor) -> Result<(), (usize, StoreError)> {
+        let max_run = self.log.get().map_or(READBACK_BYTES, |l| {
+            l.max_read_following().min(READBACK_BYTES)
+        });
         let mut at = 0;
         while at < items.len() {
-            let run = readback_run(&items[at..]);
+            let run = readback_run(&items[at..], max_run);
             if run == 0 {
                 self.apply_one(&items[at], None).map_err(|e| (at, e))?;
                 self.applied(&items[at], c);
@@ -491,6 +496,46 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::under_pressure;
+    use super::{readback_run, Item};
+    use mariner_log::{LogAddr, RecordHeader, RecordKind, RECORD_HEADER_LEN};
+
+    /// `n` write records of `payload` bytes each, back to back on device 0 from offset 0.
+    fn back_to_back(n: usize, payload: u32) -> Vec<Item> {
+        let span = RECORD_HEADER_LEN as u32 + payload;
+        (0..n)
+            .map(|i| {
+                let header = RecordHeader {
+                    kind: RecordKind::Write,
+                    volume: 1,
+                    length: payload,
+                    seq: i as u64 + 1,
+                    timestamp_ns: 0,
+                    offset: 0,
+                    generation: 1,
+                    back: LogAddr::NONE,
+                    span,
+                    payload_len: payload,
+                    payload_crc: 0,
+                };
+                Item {
+                    header,
+                    addr: LogAddr::new(0, u64::from(span) * i as u64),
+                    payload: None,
+                    accepted: std::time::Instant::now(),
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_run_read_back_fits_what_the_log_reads_at_once() {
+        // 64 KiB segments (the smallest the configuration allows): a run of 16 KiB records
+        // stops before 64 KiB, where it used to run on to 1 MiB and fail the store.
+        let items = back_to_back(40, 16 << 10);
+        let n = readback_run(&items, 64 << 10);
+        assert_eq!(n, 3, "three 16 KiB records and their headers fit in 64 KiB");
+        assert_eq!(readback_run(&items, 1 << 20), 40);
+    }
 
     #[test]
     fn write_back_starts_beyond_three_quarters_or_when_a_writer_waits() {
