@@ -3,6 +3,10 @@
 //! range and as-of queries, commit cycles and crashes (lost, reordered and torn unsynced writes
 //! on FaultyDisk, data and log alike) against a BTreeMap oracle. After every recovery every
 //! acknowledged operation is visible and nothing else.
+//!
+//! The disks crash while the engine still runs (it is dropped afterwards, writing to dead
+//! devices). Operations here are synchronous, one at a time, so a crash meets unsynced
+//! data-disk writes but a settled log; tests/model.rs crashes with log writes in flight.
 
 #[path = "support/faulty.rs"]
 mod faulty;
@@ -119,8 +123,9 @@ fn run(seed: u64, steps: usize, budget: usize, read_ahead: bool) -> [u64; 6] {
                     let _ = tree.bosc().commit_cycle();
                 }
                 add(&tree, &mut totals);
-                drop(tree);
+                // Crash with the engine running; what its shutdown writes reaches no image.
                 disks = disks.crash();
+                drop(tree);
                 let dropped;
                 (tree, dropped) = disks.open_reporting(&c);
                 tree.set_read_ahead(read_ahead);
@@ -249,9 +254,9 @@ fn bulk_load_then_batches_survive_crashes() {
     assert_eq!(tree.leaf_count(), 60);
     assert_eq!(tree.bosc().pending_modifications(), 0);
     check_all(&tree, &o);
-    drop(tree);
     // The load is durable on its own: no log record describes it.
     disks = disks.crash();
+    drop(tree);
     let mut tree = disks.open(&c);
     assert_eq!(tree.leaf_count(), 60);
     check_all(&tree, &o);
@@ -273,8 +278,8 @@ fn bulk_load_then_batches_survive_crashes() {
             tree.bosc().commit_cycle().unwrap();
         }
         if round % 5 == 4 {
-            drop(tree);
             disks = disks.crash();
+            drop(tree);
             tree = disks.open(&c);
             check_all(&tree, &o);
         }
@@ -334,8 +339,8 @@ fn batches_logged_in_parts_split_from_current_copies() {
         check_all(&tree, &o);
         // Reopened, every leaf is on disk only again: the next batch reads its leaves ahead.
         prefetched += tree.stats().leaves_prefetched.load(Ordering::Relaxed);
-        drop(tree);
         disks = disks.crash();
+        drop(tree);
         tree = disks.open(&c);
         check_all(&tree, &o);
     }

@@ -16,15 +16,18 @@ use mariner_bosc::{BlockApp, Bosc, BoscConfig, Durability};
 use mariner_disk::{Disk, MemDisk};
 use mariner_log::{Log, LogConfig};
 
-/// Payload = u64 counters; a modification adds `value` to counter `slot` (slot u16, value
-/// u64). Not idempotent: a modification applied twice shows, one lost shows.
+/// Payload = u64 counters; a modification folds `value` into counter `slot` (slot u16, value
+/// u64) as `old * 31 + value`. Neither idempotent nor commutative: a modification applied
+/// twice shows, one lost shows, and two applied out of sequence order show (1 then 10 gives
+/// 41, 10 then 1 gives 311).
 struct Add;
 impl BlockApp for Add {
     fn apply(&self, _block: u64, payload: &mut [u8], m: &[u8]) {
         let slot = u16::from_le_bytes([m[0], m[1]]) as usize;
         let add = u64::from_le_bytes(m[2..10].try_into().unwrap());
         let at = &mut payload[slot * 8..slot * 8 + 8];
-        let v = u64::from_le_bytes((&*at).try_into().unwrap()).wrapping_add(add);
+        let old = u64::from_le_bytes((&*at).try_into().unwrap());
+        let v = old.wrapping_mul(31).wrapping_add(add);
         at.copy_from_slice(&v.to_le_bytes());
     }
 }
@@ -136,7 +139,7 @@ impl Rig {
         Bosc::open(Arc::clone(&self.data), cfg(), durability, Arc::new(Add)).unwrap()
     }
 
-    /// A adds 1 to counter 0 of `block`, B adds 10 to it; A's record is appended first (lower
+    /// A folds 1 into counter 0 of `block`, B folds 10 into it; A's record is appended first (lower
     /// sequence number) but becomes durable after B's. Returns (A's seq, B's seq).
     fn reversed_pair(&self, b: &Bosc<Add>, block: u64) -> (u64, u64) {
         let (m, cv) = &*self.gate;
@@ -177,7 +180,7 @@ fn out_of_order_log_completion_keeps_every_modification_on_recovery() {
     // Nothing in flight now: this record's local frontier comes from block 5's queue.
     b.modify(5, &add(1, 100)).unwrap();
     let live = b.read(5).unwrap();
-    assert_eq!((counter(&live, 0), counter(&live, 1)), (11, 100));
+    assert_eq!((counter(&live, 0), counter(&live, 1)), (41, 100));
     assert_eq!(b.pending_modifications(), 3);
     drop(b);
     let (b, report) = rig.open();
@@ -185,12 +188,12 @@ fn out_of_order_log_completion_keeps_every_modification_on_recovery() {
     let p = b.read(5).unwrap();
     assert_eq!(
         (counter(&p, 0), counter(&p, 1)),
-        (11, 100),
+        (41, 100),
         "every acknowledged modification survives recovery"
     );
     b.commit_all().unwrap();
     let p = b.read(5).unwrap();
-    assert_eq!((counter(&p, 0), counter(&p, 1)), (11, 100));
+    assert_eq!((counter(&p, 0), counter(&p, 1)), (41, 100));
 }
 
 #[test]
@@ -200,9 +203,9 @@ fn out_of_order_log_completion_commits_each_modification_once() {
     rig.reversed_pair(&b, 2);
     b.commit_all().unwrap();
     assert_eq!(b.pending_modifications(), 0);
-    assert_eq!(counter(&b.read(2).unwrap(), 0), 11, "applied exactly once");
+    assert_eq!(counter(&b.read(2).unwrap(), 0), 41, "applied exactly once");
     drop(b);
     let (b, report) = rig.open();
     assert_eq!(report.records_requeued, 0, "{report:?}");
-    assert_eq!(counter(&b.read(2).unwrap(), 0), 11, "after reopening");
+    assert_eq!(counter(&b.read(2).unwrap(), 0), 41, "after reopening");
 }

@@ -140,6 +140,10 @@ fn held_then(release: Hold) -> u8 {
         assert_eq!(b.read(1).unwrap()[0], 9);
         let commit = s.spawn(|| b.commit_all());
         std::thread::sleep(Duration::from_millis(300));
+        assert!(
+            !writer.is_finished(),
+            "modify_batch returns only once the log has made the change durable"
+        );
         assert!(!commit.is_finished(), "the commit waits for the log");
         assert_eq!(
             disks.data.writes(),

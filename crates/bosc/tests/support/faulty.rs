@@ -1,11 +1,14 @@
 //! Shared by the model-based crash tests: a seeded generator, the engine and log
-//! configurations, and a data disk plus log disk on FaultyDisk that crash together.
+//! configurations, and a data disk plus log disks on FaultyDisk that crash together, at one
+//! instant, also while an engine runs on them.
 #![allow(dead_code)]
 
-use std::sync::Arc;
+use std::io;
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::{Duration, Instant};
 
 use mariner_bosc::{BlockApp, Bosc, BoscConfig, Durability, OpenReport};
-use mariner_disk::{CrashMode, Disk, Faults, FaultyDisk};
+use mariner_disk::{CrashMode, Disk, Extent, Faults, FaultyDisk};
 use mariner_log::{Log, LogConfig};
 
 /// xorshift64: deterministic, good enough to pick operations.
@@ -48,28 +51,73 @@ pub fn log_cfg() -> LogConfig {
     }
 }
 
-/// The data disk and the log disk, with their fault handles.
+/// The data disk and the log disk(s), with their fault handles. Every device is reached
+/// through one gate, so a crash of them all happens at a single instant even while an engine
+/// keeps writing.
 pub struct Disks {
     pub data: Faults,
+    /// The first log device.
     pub log: Faults,
     pub data_disk: Arc<dyn Disk>,
     pub log_disk: Arc<dyn Disk>,
+    /// Log devices after the first.
+    more_logs: Vec<(Faults, Arc<dyn Disk>)>,
+    gate: Arc<RwLock<()>>,
 }
 
 impl Disks {
     /// Fresh disks: the data disk formatted for `A`, the log disk (`log_bytes`) as log `log_id`.
     pub fn new<A: BlockApp>(seed: u64, c: &BoscConfig, log_bytes: usize, log_id: u128) -> Self {
+        Self::with_logs::<A>(seed, c, log_bytes, log_id, 1)
+    }
+
+    /// Like [`Disks::new`] with `logs` log devices of `log_bytes` each, formatted as one log.
+    pub fn with_logs<A: BlockApp>(
+        seed: u64,
+        c: &BoscConfig,
+        log_bytes: usize,
+        log_id: u128,
+        logs: u64,
+    ) -> Self {
         let data = FaultyDisk::new(0, seed);
-        let log = FaultyDisk::new(log_bytes, seed ^ 0x55);
-        let d = Self {
-            data: data.faults(),
-            log: log.faults(),
-            data_disk: Arc::new(data),
-            log_disk: Arc::new(log),
-        };
+        let logs = (0..logs)
+            .map(|i| FaultyDisk::new(log_bytes, seed ^ (0x55 + i)))
+            .collect();
+        let d = Self::gated(data, logs);
         Bosc::<A>::format(d.data_disk.as_ref(), c).unwrap();
-        Log::format(&[Arc::clone(&d.log_disk)], &log_cfg(), log_id).unwrap();
+        Log::format(&d.log_devices(), &log_cfg(), log_id).unwrap();
         d
+    }
+
+    fn gated(data: FaultyDisk, logs: Vec<FaultyDisk>) -> Self {
+        let gate = Arc::new(RwLock::new(()));
+        let wrap = |d: FaultyDisk| -> (Faults, Arc<dyn Disk>) {
+            let f = d.faults();
+            let disk = Gated {
+                inner: d,
+                gate: Arc::clone(&gate),
+            };
+            (f, Arc::new(disk))
+        };
+        let (data, data_disk) = wrap(data);
+        let mut logs = logs.into_iter().map(wrap);
+        let (log, log_disk) = logs.next().expect("a log device");
+        let more_logs = logs.collect();
+        Self {
+            data,
+            log,
+            data_disk,
+            log_disk,
+            more_logs,
+            gate,
+        }
+    }
+
+    /// Every log device, the first first.
+    pub fn log_devices(&self) -> Vec<Arc<dyn Disk>> {
+        std::iter::once(Arc::clone(&self.log_disk))
+            .chain(self.more_logs.iter().map(|(_, d)| Arc::clone(d)))
+            .collect()
     }
 
     /// Opens (recovers) an engine of `app` on the data disk, in own-log mode on `log` (the
@@ -97,15 +145,110 @@ impl Disks {
         .expect("open")
     }
 
-    /// Both disks crash at once: unsynced writes are lost, reordered or torn.
+    /// Every disk crashes at once: unsynced writes are lost, reordered or torn.
     pub fn crash(self) -> Self {
+        self.crash_counting().0
+    }
+
+    /// [`Disks::crash`], also returning how many log operations were not yet synced at the
+    /// crash. An engine still running on the old disks stays blocked for the instant of the
+    /// crash and sees failing devices afterwards: nothing it writes later reaches the new ones.
+    pub fn crash_counting(self) -> (Self, usize) {
+        self.crash_meeting_unsynced_log(Duration::ZERO)
+    }
+
+    /// [`Disks::crash_counting`] at an instant the log devices hold writes not yet synced, if
+    /// one comes within `patience` (a log writes and syncs in a breath: a crash at a random
+    /// instant would mostly find it settled).
+    pub fn crash_meeting_unsynced_log(self, patience: Duration) -> (Self, usize) {
+        let started = Instant::now();
+        let _instant = loop {
+            let g = self.gate.write().unwrap_or_else(PoisonError::into_inner);
+            if self.log_pending() > 0 || started.elapsed() >= patience {
+                break g;
+            }
+            drop(g);
+            std::thread::yield_now();
+        };
+        let unsynced = self.log_pending();
+        let logs = std::iter::once(&self.log).chain(self.more_logs.iter().map(|(f, _)| f));
+        let crashed_logs = logs.map(|f| f.crash_with(CrashMode::Random)).collect();
         let data = self.data.crash_with(CrashMode::Random);
-        let log = self.log.crash_with(CrashMode::Random);
-        Self {
-            data: data.faults(),
-            log: log.faults(),
-            data_disk: Arc::new(data),
-            log_disk: Arc::new(log),
-        }
+        (Self::gated(data, crashed_logs), unsynced)
+    }
+
+    /// Log operations not yet synced, on every log device.
+    fn log_pending(&self) -> usize {
+        self.log.pending()
+            + self
+                .more_logs
+                .iter()
+                .map(|(f, _)| f.pending())
+                .sum::<usize>()
+    }
+
+    /// Opens (recovers) an engine of `app` in own-log mode on every log device.
+    pub fn open_own_logs<A: BlockApp>(
+        &self,
+        c: &BoscConfig,
+        app: A,
+        log_id: u128,
+        volume: u32,
+    ) -> (Bosc<A>, OpenReport) {
+        let durability = Durability::OwnLog {
+            devices: self.log_devices(),
+            log: log_cfg(),
+            log_id,
+            volume,
+        };
+        Bosc::open(
+            Arc::clone(&self.data_disk),
+            c.clone(),
+            durability,
+            Arc::new(app),
+        )
+        .expect("open")
+    }
+}
+
+/// A device reached through the crash gate: each operation holds it shared, a crash holds it
+/// exclusively.
+#[derive(Debug)]
+struct Gated {
+    inner: FaultyDisk,
+    gate: Arc<RwLock<()>>,
+}
+
+impl Gated {
+    fn pass<T>(&self, op: impl FnOnce(&FaultyDisk) -> io::Result<T>) -> io::Result<T> {
+        let _shared = self.gate.read().unwrap_or_else(PoisonError::into_inner);
+        op(&self.inner)
+    }
+}
+
+impl Disk for Gated {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.pass(|d| d.read_at(buf, offset))
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.pass(|d| d.write_at(buf, offset))
+    }
+    fn sync(&self) -> io::Result<()> {
+        self.pass(|d| d.sync())
+    }
+    fn len(&self) -> io::Result<u64> {
+        self.pass(|d| d.len())
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.pass(|d| d.set_len(len))
+    }
+    fn punch_hole(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.pass(|d| d.punch_hole(offset, len))
+    }
+    fn allocation(&self, offset: u64, len: u64) -> io::Result<Vec<Extent>> {
+        self.pass(|d| d.allocation(offset, len))
+    }
+    fn alignment(&self) -> usize {
+        self.inner.alignment()
     }
 }
