@@ -181,10 +181,51 @@ impl Drop for Server {
     }
 }
 
-/// Runs a command, asserting success; returns stdout.
+/// How long [`run`] lets a client run: far beyond the slowest (seconds), so a client that hangs
+/// fails its test instead of hanging the suite.
+pub const RUN_LIMIT: Duration = Duration::from_secs(300);
+
+/// Runs a command, asserting success within [`RUN_LIMIT`]; returns stdout.
 pub fn run(cmd: &mut Command) -> String {
-    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    let out = output_within(cmd, RUN_LIMIT);
     assert_success(cmd, &out)
+}
+
+/// [`Command::output`] (stdin closed, both streams captured), killed and failed after `limit`.
+pub fn output_within(cmd: &mut Command, limit: Duration) -> Output {
+    use std::io::Read;
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    let drain = |mut r: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut b = Vec::new();
+            let _ = r.read_to_end(&mut b);
+            b
+        })
+    };
+    let stdout = drain(Box::new(child.stdout.take().unwrap()));
+    let stderr = drain(Box::new(child.stderr.take().unwrap()));
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{cmd:?} did not finish within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    Output {
+        status,
+        stdout: stdout.join().unwrap(),
+        stderr: stderr.join().unwrap(),
+    }
 }
 
 /// Asserts `out`, the output of `cmd`, is a success (with both streams in the message if not);
