@@ -174,6 +174,8 @@ impl Store {
             if blamed.is_none() {
                 *o = Some(OutOfSpace { volume, reason });
             }
+            self.short_of_space
+                .store(true, std::sync::atomic::Ordering::Release);
         }
         c.short_of_space = true;
         c.retry_at = Some(Instant::now() + NO_SPACE_RETRY);
@@ -184,6 +186,8 @@ impl Store {
         tracing::info!("space again: applied and synced what waited for room");
         if let Ok(mut o) = self.out_of_space.lock() {
             *o = None;
+            self.short_of_space
+                .store(false, std::sync::atomic::Ordering::Release);
         }
         c.short_of_space = false;
     }

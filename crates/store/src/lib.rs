@@ -153,6 +153,9 @@ pub struct Store {
     stats: StoreStats,
     failed: Mutex<Option<String>>,
     out_of_space: Mutex<Option<OutOfSpace>>,
+    /// Whether `out_of_space` is set: every write checks it, so the common case (room) costs
+    /// a load instead of a lock all connections share.
+    short_of_space: AtomicBool,
     paused: AtomicBool,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
@@ -173,6 +176,7 @@ impl Store {
             stats,
             failed: Mutex::new(None),
             out_of_space: Mutex::new(None),
+            short_of_space: AtomicBool::new(false),
             paused: AtomicBool::new(false),
             thread: Mutex::new(None),
         })
@@ -269,6 +273,12 @@ impl Store {
     /// space to apply one of the volume's records (or to persist its watermark, which holds
     /// up every volume). `None` again once what it applied after the wait is synced.
     pub fn out_of_space(&self, id: u32) -> Option<String> {
+        if !self
+            .short_of_space
+            .load(std::sync::atomic::Ordering::Acquire)
+        {
+            return None;
+        }
         let g = self.out_of_space.lock().ok()?;
         let o = g.as_ref()?;
         o.volume.is_none_or(|v| v == id).then(|| o.reason.clone())
