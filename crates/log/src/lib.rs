@@ -12,32 +12,38 @@
 //! space is reused only behind the minimum of what they released (the caller passes that
 //! minimum).
 
+pub mod clock;
 pub mod format;
 pub mod fuzzing;
 pub mod scan;
 pub mod stats;
 
+mod dispatch;
 mod error;
 mod recover;
 mod replay;
+mod simulated;
 mod writer;
 
 use std::sync::{Arc, Mutex};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use clock::{Clock, SystemClock};
 
 use bytes::Bytes;
 use mariner_disk::{AlignedBuf, Disk};
 use mariner_placement::{Policy, PolicyConfig};
 use tokio::sync::oneshot;
 
+pub use dispatch::Dispatch;
 pub use error::{FormatError, LogError};
 pub use format::{LogAddr, RecordHeader, RecordKind, Superblock, DATA_OFFSET, RECORD_HEADER_LEN};
 pub use mariner_placement::LinearModel;
 pub use recover::Recovery;
 pub use replay::ReplayPlan;
 pub use scan::Found;
+pub use simulated::{InFlight, SimDevices};
 pub use stats::{Histogram, LogStats};
-pub use writer::Dispatch;
 
 use writer::Shared;
 
@@ -171,6 +177,7 @@ struct Inner {
     failed: Arc<Mutex<Option<String>>>,
     threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
     max_payload: u32,
+    clock: Arc<dyn Clock>,
 }
 
 /// The last handle gone without [`Log::shutdown`]: the threads must still end (they hold the
@@ -179,6 +186,12 @@ impl Drop for Inner {
     fn drop(&mut self) {
         self.shared.shutdown();
     }
+}
+
+/// Who runs the dispatcher's I/O: threads, or a simulation ([`Log::open_simulated`]).
+enum Runtime {
+    Threads,
+    Simulated(Arc<dyn Clock>),
 }
 
 impl std::fmt::Debug for Log {
@@ -251,7 +264,49 @@ impl Log {
         after_ts: u64,
         sink: Arc<dyn DurableSink>,
     ) -> Result<(Self, Recovery), LogError> {
-        Self::open_with(devices, cfg, log_id, (after_seq, after_ts), sink, true)
+        let (log, recovery, _) = Self::open_with(
+            devices,
+            cfg,
+            log_id,
+            (after_seq, after_ts),
+            sink,
+            true,
+            Runtime::Threads,
+        )?;
+        log.write_voids(&recovery.voided)?;
+        Ok((log, recovery))
+    }
+
+    /// [`Log::open`] for a deterministic simulation: no thread runs; `clock` is the only
+    /// time the log reads, and the returned [`SimDevices`] decides when batches are written
+    /// and complete. The void records for the gaps recovery found are appended but not yet
+    /// durable: their futures come last, and nothing else is durable until the simulation
+    /// completes batches.
+    #[allow(clippy::type_complexity)]
+    pub fn open_simulated(
+        devices: Vec<Arc<dyn Disk>>,
+        cfg: LogConfig,
+        log_id: u128,
+        (after_seq, after_ts): (u64, u64),
+        sink: Arc<dyn DurableSink>,
+        clock: Arc<dyn Clock>,
+    ) -> Result<(Self, Recovery, SimDevices, Vec<AppendFuture>), LogError> {
+        let (log, recovery, sim) = Self::open_with(
+            devices,
+            cfg,
+            log_id,
+            (after_seq, after_ts),
+            sink,
+            true,
+            Runtime::Simulated(clock),
+        )?;
+        let voids = recovery
+            .voided
+            .iter()
+            .map(|&seq| log.submit(Entry::extent(RecordKind::Void, 0, 0, 0), Some(seq)))
+            .collect();
+        let sim = sim.ok_or_else(|| LogError::Config("no simulated devices".into()))?;
+        Ok((log, recovery, sim, voids))
     }
 
     /// [`Log::open`] for a consumer with many records above its watermark: recovery keeps
@@ -266,7 +321,17 @@ impl Log {
         after_ts: u64,
         sink: Arc<dyn DurableSink>,
     ) -> Result<(Self, Recovery), LogError> {
-        Self::open_with(devices, cfg, log_id, (after_seq, after_ts), sink, false)
+        let (log, recovery, _) = Self::open_with(
+            devices,
+            cfg,
+            log_id,
+            (after_seq, after_ts),
+            sink,
+            false,
+            Runtime::Threads,
+        )?;
+        log.write_voids(&recovery.voided)?;
+        Ok((log, recovery))
     }
 
     /// Hands every record above the watermark that recovery found (those of `plan`,
@@ -288,7 +353,8 @@ impl Log {
         (after_seq, after_ts): (u64, u64),
         sink: Arc<dyn DurableSink>,
         keep_records: bool,
-    ) -> Result<(Self, Recovery), LogError> {
+        runtime: Runtime,
+    ) -> Result<(Self, Recovery, Option<SimDevices>), LogError> {
         check_config(&cfg)?;
         let sbs = check_superblocks(&devices, log_id)?;
         let sb = sbs[0];
@@ -324,6 +390,10 @@ impl Log {
             data_offset: sb.data_offset,
         };
         let failed = Arc::new(Mutex::new(None));
+        let clock: Arc<dyn Clock> = match &runtime {
+            Runtime::Threads => Arc::new(SystemClock),
+            Runtime::Simulated(c) => Arc::clone(c),
+        };
         let parts = writer::WriterParts {
             log_id,
             policy: Policy::new(policy_cfg, cfg.model, &resume.starts),
@@ -337,9 +407,23 @@ impl Log {
             released: after_seq,
             sync_each_write: cfg.sync_each_write,
             device_depth: cfg.device_depth,
+            clock: Arc::clone(&clock),
         };
-        let (shared, threads) =
-            writer::spawn(parts, &devices).map_err(|source| LogError::Io { dev: 0, source })?;
+        let (shared, threads, sim) = match runtime {
+            Runtime::Threads => {
+                let (shared, threads) = writer::spawn(parts, &devices)
+                    .map_err(|source| LogError::Io { dev: 0, source })?;
+                (shared, threads, None)
+            }
+            Runtime::Simulated(_) => {
+                let (shared, ctxs) = writer::simulated(parts, &devices);
+                let sim = SimDevices {
+                    shared: Arc::clone(&shared),
+                    ctxs,
+                };
+                (shared, Vec::new(), Some(sim))
+            }
+        };
         let max_payload = max_payload(&sb);
         let inner = Inner {
             shared,
@@ -349,12 +433,12 @@ impl Log {
             failed,
             threads: Mutex::new(threads),
             max_payload,
+            clock,
         };
         let log = Self {
             inner: Arc::new(inner),
         };
-        log.write_voids(&recovery.voided)?;
-        Ok((log, recovery))
+        Ok((log, recovery, sim))
     }
 
     fn write_voids(&self, seqs: &[u64]) -> Result<(), LogError> {
@@ -370,7 +454,8 @@ impl Log {
 
     fn submit(&self, entry: Entry, seq: Option<u64>) -> AppendFuture {
         let (reply, rx) = oneshot::channel();
-        self.inner.shared.append(entry, seq, reply, Instant::now());
+        let arrived = self.inner.clock.now();
+        self.inner.shared.append(entry, seq, reply, arrived);
         rx
     }
 
@@ -395,7 +480,8 @@ impl Log {
                 ((e, reply), rx)
             })
             .unzip();
-        let first_seq = self.inner.shared.append_many(with_replies, Instant::now());
+        let arrived = self.inner.clock.now();
+        let first_seq = self.inner.shared.append_many(with_replies, arrived);
         Ok(Burst { first_seq, futures })
     }
 

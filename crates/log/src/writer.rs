@@ -24,12 +24,14 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use mariner_disk::{AlignedBuf, Disk};
-use mariner_placement::{Action, DeviceModel, LinearModel, Nanos, Policy, PolicyError, Write};
+use mariner_placement::{Action, LinearModel, Nanos, Policy, PolicyError, Write};
 use tokio::sync::oneshot;
 
+use crate::clock::Clock;
+use crate::dispatch::Dispatch;
 use crate::format::{LogAddr, RecordHeader, RECORD_HEADER_LEN};
 use crate::stats::LogStats;
 use crate::{Appended, Durable, DurableSink, Entry, LogError};
@@ -44,7 +46,7 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    fn lock(&self) -> Option<MutexGuard<'_, Writer>> {
+    pub(crate) fn lock(&self) -> Option<MutexGuard<'_, Writer>> {
         self.state.lock().ok()
     }
 
@@ -87,15 +89,19 @@ impl Shared {
         if let Some(mut w) = self.lock() {
             w.shut = true;
             w.fail_all("the log is shut down");
-            // The device threads end once their job queues close.
-            w.jobs.clear();
+            // The device threads end once their job queues close; queued batches' waiters
+            // learn of the shutdown as their replies drop.
+            match &mut w.jobs {
+                Jobs::Threads(senders) => senders.clear(),
+                Jobs::Queued(queue) => queue.clear(),
+            }
         }
         self.tick.notify_all();
     }
 
     /// Executes the policy's actions and wakes the timer thread if the policy now has a
     /// deadline earlier than the one the timer sleeps towards.
-    fn execute(&self, w: &mut Writer, actions: Vec<Action>) {
+    pub(crate) fn execute(&self, w: &mut Writer, actions: Vec<Action>) {
         w.execute(actions);
         let sooner = w
             .core
@@ -115,12 +121,20 @@ pub(crate) struct Pending {
     arrived: Instant,
 }
 
-struct DevJob {
+pub(crate) struct DevJob {
     /// The device's batches in the order the policy placed them: 0, 1, 2, …
-    ticket: u64,
-    buf: AlignedBuf,
-    offset: u64,
-    batch: Vec<Pending>,
+    pub(crate) ticket: u64,
+    pub(crate) dev: usize,
+    pub(crate) buf: AlignedBuf,
+    pub(crate) offset: u64,
+    pub(crate) batch: Vec<Pending>,
+}
+
+/// Where laid-out batches go: to the device threads, or into a queue that a deterministic
+/// simulation completes in an order of its choosing ([`crate::SimDevices`]).
+pub(crate) enum Jobs {
+    Threads(Vec<Sender<DevJob>>),
+    Queued(Vec<DevJob>),
 }
 
 /// Acknowledgement order of one device whose batches may be written in parallel
@@ -139,8 +153,9 @@ struct AckOrder {
 
 /// What a device thread needs to acknowledge its batches itself, saving a thread hop on the
 /// path of every write.
-struct DeviceCtx {
+pub(crate) struct DeviceCtx {
     dev: usize,
+    clock: Arc<dyn Clock>,
     disk: Arc<dyn Disk>,
     sync_each_write: bool,
     sink: Arc<dyn DurableSink>,
@@ -149,6 +164,11 @@ struct DeviceCtx {
 }
 
 impl DeviceCtx {
+    /// A write that reaches the device but is neither synced nor completed (simulation).
+    pub(crate) fn write_unsynced(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        self.disk.write_at(buf, offset)
+    }
+
     /// Batch `ticket` finished writing. Acknowledges it and every batch it held back, in
     /// order; returns the batches to fail instead (this one failed, or an earlier one did).
     fn finish(&self, ticket: u64, ok: bool, batch: Vec<Pending>) -> Vec<Pending> {
@@ -178,129 +198,6 @@ impl DeviceCtx {
     }
 }
 
-/// The dispatcher's clock-free core: the placement policy plus the log's segment bookkeeping.
-///
-/// Refactor note (issue 5): these calls used to sit inline in `Writer`, which read
-/// `Instant::now()` itself. They moved here unchanged except that every call takes `now`; the
-/// dispatcher thread passes its clock (nanoseconds since the writer started), a simulation
-/// passes virtual time. What stays in `Writer` is I/O and acknowledgement: record headers,
-/// buffers, device threads, waiters, stats. Use it as the thread does: [`Dispatch::submit`] per
-/// appended record, [`Dispatch::completed`] per finished device write, [`Dispatch::poll`] at
-/// [`Dispatch::next_deadline`], [`Dispatch::release`] when consumers release; pass every
-/// returned [`Action`] to [`Dispatch::account`] before executing it.
-#[derive(Debug)]
-pub struct Dispatch<M> {
-    policy: Policy<M>,
-    /// Per device: segments holding records not yet released (segment, highest seq written
-    /// into it), oldest first; the back is current.
-    in_use: Vec<VecDeque<(u64, u64)>>,
-    released: u64,
-}
-
-impl<M: DeviceModel> Dispatch<M> {
-    /// `in_use` per device as recovery found it; `released` the consumers' watermark.
-    pub fn new(policy: Policy<M>, in_use: Vec<VecDeque<(u64, u64)>>, released: u64) -> Self {
-        Self {
-            policy,
-            in_use,
-            released,
-        }
-    }
-
-    pub fn policy(&self) -> &Policy<M> {
-        &self.policy
-    }
-
-    /// Segments per device still holding unreleased records, oldest first.
-    pub fn in_use(&self) -> &[VecDeque<(u64, u64)>] {
-        &self.in_use
-    }
-
-    /// When [`Dispatch::poll`] must next be called.
-    pub fn next_deadline(&self) -> Option<Nanos> {
-        self.policy.next_deadline()
-    }
-
-    /// The `T_wait` deadline passed (the thread's receive timed out).
-    pub fn poll(&mut self, now: Nanos) -> Vec<Action> {
-        self.policy.poll(now)
-    }
-
-    /// Record `seq`, `bytes` long with its header, was appended at `now`.
-    pub fn submit(&mut self, seq: u64, bytes: u64, now: Nanos) -> Result<Vec<Action>, PolicyError> {
-        self.policy.submit(seq, bytes, now)
-    }
-
-    /// Records `(seq, bytes)` that arrived together at `now` ([`Policy::submit_burst`]).
-    pub fn submit_burst(
-        &mut self,
-        reqs: &[(u64, u64)],
-        now: Nanos,
-    ) -> Result<Vec<Action>, PolicyError> {
-        self.policy.submit_burst(reqs, now)
-    }
-
-    /// Device `dev` reported its write durable at `now`.
-    pub fn completed(&mut self, dev: usize, now: Nanos) -> Vec<Action> {
-        self.policy.completed(dev, now).unwrap_or_default()
-    }
-
-    /// Consumers are durable up to `seq`: frees every segment (but a device's current one)
-    /// whose records are all at or below it. Returns the policy's actions and the number of
-    /// segments freed.
-    pub fn release(&mut self, seq: u64, now: Nanos) -> (Vec<Action>, u64) {
-        self.released = self.released.max(seq);
-        let mut actions = Vec::new();
-        let mut freed = 0;
-        for dev in 0..self.in_use.len() {
-            // A segment is freed once every record in it is released — and no sealed batch is
-            // still queued to be written into it (its records are not accounted yet).
-            while self.in_use[dev].len() > 1
-                && self.in_use[dev].front().is_some_and(|s| {
-                    s.1 <= self.released && !self.policy.has_queued_write(dev, s.0)
-                })
-            {
-                self.in_use[dev].pop_front();
-                freed += 1;
-                actions.extend(self.policy.segment_released(dev, now).unwrap_or_default());
-            }
-        }
-        (actions, freed)
-    }
-
-    /// The consumers' watermark.
-    pub fn released(&self) -> u64 {
-        self.released
-    }
-
-    /// Segment bookkeeping for an action about to be executed: a segment switch opens a new
-    /// in-use segment; a write raises its segment's highest sequence number.
-    ///
-    /// A write is not always into the current segment: a batch sealed because the next
-    /// request did not fit is queued behind the busy device and starts only after the policy
-    /// has switched the device on. Its sequence numbers therefore go to the entry of its own
-    /// segment (the back is only the fallback), or that segment could be freed too early.
-    pub fn account(&mut self, action: &Action) {
-        match action {
-            Action::Write(w) => {
-                let segments = &mut self.in_use[w.dev];
-                let own = segments.iter().rposition(|s| s.0 == w.segment);
-                let entry = match own {
-                    Some(i) => segments.get_mut(i),
-                    None => segments.back_mut(),
-                };
-                if let Some(entry) = entry {
-                    let max = w.reqs.iter().map(|r| r.0).max().unwrap_or(0);
-                    entry.1 = entry.1.max(max);
-                }
-            }
-            Action::SwitchSegment { dev, segment, .. } => {
-                self.in_use[*dev].push_back((*segment, 0));
-            }
-        }
-    }
-}
-
 pub(crate) struct Writer {
     pub log_id: u128,
     pub core: Dispatch<LinearModel>,
@@ -310,9 +207,10 @@ pub(crate) struct Writer {
     pub last_ts: u64,
     pub align: usize,
     pub epoch: Instant,
+    pub clock: Arc<dyn Clock>,
     pending: HashMap<u64, Pending>,
     last_addr: Vec<LogAddr>,
-    jobs: Vec<Sender<DevJob>>,
+    pub(crate) jobs: Jobs,
     /// Per device, the ticket of its next batch.
     tickets: Vec<u64>,
     /// Batch buffers back from the devices, for the next batches: allocating and freeing one
@@ -339,20 +237,31 @@ pub(crate) struct WriterParts {
     pub sync_each_write: bool,
     /// Threads writing each device's batches (the policy's device depth), at least 1.
     pub device_depth: u32,
+    pub clock: Arc<dyn Clock>,
 }
 
-pub(crate) fn spawn(
+/// The dispatcher state and one acknowledgement context per device, before any thread runs.
+fn assemble(
     parts: WriterParts,
     devices: &[Arc<dyn Disk>],
-) -> std::io::Result<(Arc<Shared>, Vec<std::thread::JoinHandle<()>>)> {
-    let mut jobs = Vec::new();
-    let mut receivers = Vec::new();
-    for _ in devices {
-        let (jtx, jrx) = std::sync::mpsc::channel::<DevJob>();
-        jobs.push(jtx);
-        receivers.push(jrx);
-    }
+    jobs: Jobs,
+) -> (Arc<Shared>, Vec<Arc<DeviceCtx>>) {
     let n = devices.len();
+    let ctxs = devices
+        .iter()
+        .enumerate()
+        .map(|(dev, disk)| {
+            Arc::new(DeviceCtx {
+                dev,
+                clock: Arc::clone(&parts.clock),
+                disk: Arc::clone(disk),
+                sync_each_write: parts.sync_each_write,
+                sink: Arc::clone(&parts.sink),
+                stats: Arc::clone(&parts.stats),
+                acks: Mutex::new(AckOrder::default()),
+            })
+        })
+        .collect();
     let w = Writer {
         log_id: parts.log_id,
         core: Dispatch::new(parts.policy, parts.in_use, parts.released),
@@ -361,7 +270,8 @@ pub(crate) fn spawn(
         next_seq: parts.next_seq,
         last_ts: parts.last_ts,
         align: parts.align,
-        epoch: Instant::now(),
+        epoch: parts.clock.now(),
+        clock: parts.clock,
         pending: HashMap::new(),
         last_addr: vec![LogAddr::NONE; n],
         jobs,
@@ -374,21 +284,39 @@ pub(crate) fn spawn(
         state: Mutex::new(w),
         tick: Condvar::new(),
     });
+    (shared, ctxs)
+}
+
+/// The dispatcher without threads: batches wait in a queue for a simulation to complete them
+/// ([`crate::SimDevices`]), and it calls [`fire_timer`] for the `T_wait` deadlines.
+pub(crate) fn simulated(
+    parts: WriterParts,
+    devices: &[Arc<dyn Disk>],
+) -> (Arc<Shared>, Vec<Arc<DeviceCtx>>) {
+    assemble(parts, devices, Jobs::Queued(Vec::new()))
+}
+
+/// Starts the device threads and the timer thread; returns the dispatcher state.
+pub(crate) fn spawn(
+    parts: WriterParts,
+    devices: &[Arc<dyn Disk>],
+) -> std::io::Result<(Arc<Shared>, Vec<std::thread::JoinHandle<()>>)> {
+    let mut senders = Vec::new();
+    let mut receivers = Vec::new();
+    for _ in devices {
+        let (jtx, jrx) = std::sync::mpsc::channel::<DevJob>();
+        senders.push(jtx);
+        receivers.push(jrx);
+    }
+    let depth = parts.device_depth;
+    let (shared, ctxs) = assemble(parts, devices, Jobs::Threads(senders));
     let mut handles = Vec::new();
-    for (dev, (disk, jrx)) in devices.iter().zip(receivers).enumerate() {
-        let ctx = Arc::new(DeviceCtx {
-            dev,
-            disk: Arc::clone(disk),
-            sync_each_write: parts.sync_each_write,
-            sink: Arc::clone(&parts.sink),
-            stats: Arc::clone(&parts.stats),
-            acks: Mutex::new(AckOrder::default()),
-        });
+    for (dev, (ctx, jrx)) in ctxs.into_iter().zip(receivers).enumerate() {
         // The device's threads take its jobs in turn from one queue.
         let jrx = Arc::new(Mutex::new(jrx));
-        for lane in 0..parts.device_depth.max(1) {
+        for lane in 0..depth.max(1) {
             let (ctx, jrx, sh) = (Arc::clone(&ctx), Arc::clone(&jrx), Arc::clone(&shared));
-            let name = match parts.device_depth {
+            let name = match depth {
                 0 | 1 => format!("log-dev{dev}"),
                 _ => format!("log-dev{dev}.{lane}"),
             };
@@ -416,6 +344,23 @@ pub(crate) fn spawn(
         }
     }
     Ok((shared, handles))
+}
+
+/// Runs the `T_wait` deadline if it has passed; returns whether it had.
+pub(crate) fn fire_timer(shared: &Shared) -> bool {
+    let Some(mut w) = shared.lock() else {
+        return false;
+    };
+    if w.shut {
+        return false;
+    }
+    let now = w.now();
+    let Some(d) = w.core.next_deadline().filter(|&d| d <= now) else {
+        return false;
+    };
+    let actions = w.core.poll(d.max(now));
+    shared.execute(&mut w, actions);
+    true
 }
 
 /// Runs the policy's `T_wait` deadlines; sleeps while there are none.
@@ -451,25 +396,47 @@ fn device_loop(ctx: &DeviceCtx, jobs: &Mutex<Receiver<DevJob>>, shared: &Shared)
             _ => return,
         };
         let start = Instant::now();
-        let mut result = ctx.disk.write_at(&job.buf, job.offset);
-        if result.is_ok() && ctx.sync_each_write {
-            result = ctx.disk.sync();
-        }
+        let result = write_job(ctx, &job);
         ctx.stats
             .device_write_us
             .record(start.elapsed().as_micros() as u64);
-        let failed = ctx.finish(job.ticket, result.is_ok(), job.batch);
-        let result = match (result, failed.is_empty()) {
-            (Ok(()), false) => Err(std::io::Error::other(
-                "an earlier write of the device failed",
-            )),
-            (r, _) => r,
-        };
-        let Some(mut w) = shared.lock() else { return };
-        w.recycle(job.buf);
-        let actions = w.done(ctx.dev, result, failed);
-        shared.execute(&mut w, actions);
+        if !finish_job(ctx, shared, job, result) {
+            return;
+        }
     }
+}
+
+/// Writes a batch and makes it durable.
+pub(crate) fn write_job(ctx: &DeviceCtx, job: &DevJob) -> std::io::Result<()> {
+    ctx.disk.write_at(&job.buf, job.offset)?;
+    if ctx.sync_each_write {
+        ctx.disk.sync()?;
+    }
+    Ok(())
+}
+
+/// A batch's write finished with `result`: acknowledges what is durable in order, tells the
+/// policy. Returns false once the dispatcher is gone.
+pub(crate) fn finish_job(
+    ctx: &DeviceCtx,
+    shared: &Shared,
+    job: DevJob,
+    result: std::io::Result<()>,
+) -> bool {
+    let failed = ctx.finish(job.ticket, result.is_ok(), job.batch);
+    let result = match (result, failed.is_empty()) {
+        (Ok(()), false) => Err(std::io::Error::other(
+            "an earlier write of the device failed",
+        )),
+        (r, _) => r,
+    };
+    let Some(mut w) = shared.lock() else {
+        return false;
+    };
+    w.recycle(job.buf);
+    let actions = w.done(ctx.dev, result, failed);
+    shared.execute(&mut w, actions);
+    true
 }
 
 /// The batch is durable: consumers first (so reads see it), then each waiter.
@@ -486,9 +453,12 @@ fn acknowledge(ctx: &DeviceCtx, batch: Vec<Pending>) {
     for p in batch {
         ctx.stats.durable_seq.fetch_max(p.header.seq, Relaxed);
         ctx.stats.records.fetch_add(1, Relaxed);
-        ctx.stats
-            .ack_latency_us
-            .record(p.arrived.elapsed().as_micros() as u64);
+        ctx.stats.ack_latency_us.record(
+            ctx.clock
+                .now()
+                .saturating_duration_since(p.arrived)
+                .as_micros() as u64,
+        );
         let appended = Appended {
             seq: p.header.seq,
             timestamp_ns: p.header.timestamp_ns,
@@ -500,7 +470,8 @@ fn acknowledge(ctx: &DeviceCtx, batch: Vec<Pending>) {
 
 impl Writer {
     fn now(&self) -> u64 {
-        u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+        let elapsed = self.clock.now().saturating_duration_since(self.epoch);
+        u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX)
     }
 
     fn failed(&self) -> Option<String> {
@@ -514,7 +485,8 @@ impl Writer {
         reply: Reply,
         arrived: Instant,
     ) -> Vec<Action> {
-        let Some((seq, bytes)) = self.enter(entry, seq, reply, arrived, wall_ns()) else {
+        let Some((seq, bytes)) = self.enter(entry, seq, reply, arrived, self.clock.wall_ns())
+        else {
             return Vec::new();
         };
         let now = self.now();
@@ -532,7 +504,7 @@ impl Writer {
         // Not `filter_map(..).collect()`: collected in place, the pairs would land in the
         // entries' allocation and be moved again to shrink it (a realloc of the whole batch).
         let mut reqs = Vec::with_capacity(entries.len());
-        let wall = wall_ns();
+        let wall = self.clock.wall_ns();
         for (entry, reply) in entries {
             reqs.extend(self.enter(entry, None, reply, arrived, wall));
         }
@@ -547,7 +519,7 @@ impl Writer {
     /// Gives the record its sequence number, timestamp and header and keeps it pending;
     /// returns (seq, bytes) for the policy, or `None` when the log has failed (the waiter is
     /// told).
-    /// `wall`: the time now ([`wall_ns`]), read once per burst; the record's timestamp is
+    /// `wall`: the time now ([`Clock::wall_ns`]), read once per burst; the record's timestamp is
     /// the later of it and one past the previous record's.
     fn enter(
         &mut self,
@@ -700,13 +672,20 @@ impl Writer {
         self.tickets[w.dev] += 1;
         let job = DevJob {
             ticket,
+            dev: w.dev,
             buf,
             offset: w.offset,
             batch,
         };
-        let sent = match self.jobs.get(w.dev) {
-            Some(jobs) => jobs.send(job).map_err(|e| e.0),
-            None => Err(job),
+        let sent = match &mut self.jobs {
+            Jobs::Threads(senders) => match senders.get(w.dev) {
+                Some(jobs) => jobs.send(job).map_err(|e| e.0),
+                None => Err(job),
+            },
+            Jobs::Queued(queue) => {
+                queue.push(job);
+                Ok(())
+            }
         };
         if let Err(job) = sent {
             for p in job.batch {
@@ -758,12 +737,4 @@ impl Writer {
             let _ = p.reply.send(Err(LogError::Failed(why.to_string())));
         }
     }
-}
-
-/// Nanoseconds since the Unix epoch (0 before it).
-fn wall_ns() -> u64 {
-    let ns = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    u64::try_from(ns).unwrap_or(u64::MAX)
 }

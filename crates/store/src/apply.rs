@@ -57,7 +57,8 @@ fn readback_run(items: &[Item], max_bytes: u64) -> usize {
     n
 }
 
-struct Cursor {
+/// The applier's position and what it applied since its last sync.
+pub(crate) struct Cursor {
     /// Scratch for records read back from the log, reused run after run.
     readback: Vec<u8>,
     next: u64,
@@ -88,37 +89,91 @@ impl From<StoreError> for SyncError {
     }
 }
 
+/// Whether the applier goes on after a round.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Round {
+    Again,
+    Stop,
+}
+
 impl Store {
-    pub(crate) fn run(self: Arc<Self>) {
+    /// The applier's position at start: just above the persisted watermark.
+    pub(crate) fn cursor(&self) -> Cursor {
         let p = self.progress();
-        let mut c = Cursor {
+        Cursor {
             readback: Vec::new(),
             next: p.applied_seq + 1,
             applied_ts: p.applied_ts,
             unsynced_bytes: 0,
-            last_sync: Instant::now(),
+            last_sync: self.clock.now(),
             unsynced: Vec::new(),
             retry_at: None,
             short_of_space: false,
+        }
+    }
+
+    /// The applier thread.
+    pub(crate) fn run(self: Arc<Self>) {
+        let mut c = self.cursor();
+        while self.round(&mut c, true) == Round::Again {}
+    }
+
+    /// One round: waits (if `blocking`) for records or for a sync to fall due, applies what
+    /// is ready, syncs and releases if due.
+    pub(crate) fn round(&self, c: &mut Cursor, blocking: bool) -> Round {
+        let interval = Duration::from_millis(self.cfg.sync_interval_ms);
+        let wait = if blocking {
+            self.wait_for_space(c);
+            interval.saturating_sub(self.since(c.last_sync))
+        } else {
+            if c.retry_at.is_some_and(|t| t > self.clock.now()) {
+                return Round::Again;
+            }
+            c.retry_at = None;
+            Duration::ZERO
         };
-        loop {
-            self.wait_for_space(&mut c);
-            let interval = Duration::from_millis(self.cfg.sync_interval_ms);
-            let wait = interval.saturating_sub(c.last_sync.elapsed());
-            let (items, shutdown) = self.take_ready(c.next, wait);
-            let took = items.len();
-            if let Err(e) = self.apply_all(items, &mut c) {
-                return self.fail(&e);
-            }
-            if let Err(e) = self.sync_if_due(&mut c, shutdown) {
-                return self.fail(&e);
-            }
-            // Out of space at shutdown, what was not applied stays in the log for the next
-            // start.
-            if shutdown && (took == 0 || c.retry_at.is_some()) {
-                return;
+        let (items, shutdown) = self.take_ready(c.next, wait);
+        let took = items.len();
+        if let Err(e) = self.apply_all(items, c) {
+            self.fail(&e);
+            return Round::Stop;
+        }
+        if let Err(e) = self.sync_if_due(c, shutdown) {
+            self.fail(&e);
+            return Round::Stop;
+        }
+        // Out of space at shutdown, what was not applied stays in the log for the next
+        // start.
+        if shutdown && (took == 0 || c.retry_at.is_some()) {
+            return Round::Stop;
+        }
+        Round::Again
+    }
+
+    /// How long ago `t` was, by the store's clock.
+    fn since(&self, t: Instant) -> Duration {
+        self.clock.now().saturating_duration_since(t)
+    }
+
+    /// When a round next has work by the clock alone: a retry out of space, write-back of the
+    /// queued records falling due, or a sync falling due. `None`: nothing waits for time.
+    pub(crate) fn deadline(&self, c: &Cursor) -> Option<Instant> {
+        let now = self.clock.now();
+        if let Some(at) = c.retry_at {
+            return Some(at);
+        }
+        let mut due: Option<Instant> = None;
+        if let Ok(q) = self.queue.lock() {
+            if q.items.first_key_value().is_some_and(|(k, _)| *k == c.next) {
+                due = Some(now + self.defer(&q).unwrap_or_default());
             }
         }
+        if c.next - 1 > self.progress().applied_seq {
+            let interval = Duration::from_millis(self.cfg.sync_interval_ms);
+            let sync = c.last_sync + interval;
+            due = Some(due.map_or(sync, |d| d.min(sync)));
+        }
+        due
     }
 
     /// Syncs the images and releases the log once enough was applied, or time is up; out of
@@ -127,7 +182,7 @@ impl Store {
         let interval = Duration::from_millis(self.cfg.sync_interval_ms);
         let behind = c.next - 1 > self.progress().applied_seq;
         let due = c.unsynced_bytes >= self.cfg.sync_bytes
-            || c.last_sync.elapsed() >= interval
+            || self.since(c.last_sync) >= interval
             || self.log_pressure()
             || c.short_of_space
             || shutdown;
@@ -136,7 +191,7 @@ impl Store {
                 Ok(()) => {
                     c.unsynced_bytes = 0;
                     c.unsynced.clear();
-                    c.last_sync = Instant::now();
+                    c.last_sync = self.clock.now();
                 }
                 Err(e) if e.error.is_no_space() => {
                     let reason = format!("syncing the images failed: {}", e.error);
@@ -146,7 +201,7 @@ impl Store {
                 Err(e) => return Err(e.error),
             }
         } else if !behind {
-            c.last_sync = Instant::now();
+            c.last_sync = self.clock.now();
         }
         let synced = c.next - 1 <= self.progress().applied_seq;
         if c.short_of_space && c.retry_at.is_none() && synced {
@@ -178,7 +233,7 @@ impl Store {
                 .store(true, std::sync::atomic::Ordering::Release);
         }
         c.short_of_space = true;
-        c.retry_at = Some(Instant::now() + NO_SPACE_RETRY);
+        c.retry_at = Some(self.clock.now() + NO_SPACE_RETRY);
     }
 
     /// What was applied after waiting for space is synced: the volumes take writes again.
@@ -200,7 +255,7 @@ impl Store {
         let Ok(q) = self.queue.lock() else {
             return;
         };
-        let left = at.saturating_duration_since(Instant::now());
+        let left = at.saturating_duration_since(self.clock.now());
         let _ = self.wake.wait_timeout_while(q, left, |q| !q.shutdown);
     }
 
@@ -222,7 +277,7 @@ impl Store {
     fn apply_again_since_sync(&self, c: &mut Cursor) {
         let p = self.progress();
         let records = std::mem::take(&mut c.unsynced);
-        let now = Instant::now();
+        let now = self.clock.now();
         let items = records.into_iter().map(|(header, addr)| {
             self.map_overlay(&Durable {
                 header,
@@ -246,7 +301,7 @@ impl Store {
     /// Waits up to `wait` for the record `next` and for the moment to apply it (see
     /// [`Store::defer`]) and returns it with its contiguous successors.
     fn take_ready(&self, next: u64, wait: Duration) -> (Vec<Item>, bool) {
-        let until = Instant::now() + wait;
+        let until = self.clock.now() + wait;
         let Ok(mut q) = self.queue.lock() else {
             return (Vec::new(), true);
         };
@@ -267,7 +322,7 @@ impl Store {
         // Write-back: let the writers' burst pass first. New records do not wake this wait.
         while ready(&q) {
             let Some(nap) = self.defer(&q) else { break };
-            let left = until.saturating_duration_since(Instant::now());
+            let left = until.saturating_duration_since(self.clock.now());
             if left.is_zero() {
                 return (Vec::new(), q.shutdown);
             }
@@ -431,12 +486,12 @@ impl Store {
         if idle.is_zero() || q.shutdown || self.log_pressure() {
             return None;
         }
-        let quiet = q.last_accept.map_or(idle, |t| t.elapsed());
+        let quiet = q.last_accept.map_or(idle, |t| self.since(t));
         let max_delay = Duration::from_millis(self.cfg.apply_max_delay_ms);
         let waited = q
             .items
             .first_key_value()
-            .map_or(max_delay, |(_, item)| item.accepted.elapsed());
+            .map_or(max_delay, |(_, item)| self.since(item.accepted));
         let nap = idle
             .saturating_sub(quiet)
             .min(max_delay.saturating_sub(waited));
@@ -476,8 +531,11 @@ impl Store {
             applied_seq: c.next - 1,
             applied_ts: c.applied_ts,
         };
-        p.store(&self.cfg.progress_path)
-            .map_err(|e| SyncError::from(StoreError::Progress(e)))?;
+        let saved = match &self.progress_file {
+            Some(f) => f.save(&p),
+            None => p.store(&self.cfg.progress_path),
+        };
+        saved.map_err(|e| SyncError::from(StoreError::Progress(e)))?;
         if let Ok(mut g) = self.progress.lock() {
             *g = p;
         }

@@ -38,6 +38,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use mariner_disk::{Disk, Extent};
+use mariner_log::clock::{Clock, SystemClock};
 use mariner_log::{Durable, DurableSink, Found, Log, LogAddr, LogError, RecordHeader, RecordKind};
 
 use extents::{ExtentMap, Source};
@@ -85,6 +86,13 @@ pub enum Allocation {
     Hole,
     /// Known to read as zeros (a trim or write-zeroes not yet applied).
     Zero,
+}
+
+/// Where the watermark is persisted, when not in [`StoreConfig::progress_path`]: a
+/// simulation keeps it in memory ([`Store::simulated`]). `save` must replace the watermark
+/// atomically and durably, as [`Progress::store`] does.
+pub trait ProgressFile: Send + Sync {
+    fn save(&self, p: &Progress) -> io::Result<()>;
 }
 
 /// Tunables.
@@ -158,11 +166,38 @@ pub struct Store {
     short_of_space: AtomicBool,
     paused: AtomicBool,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// The only time the store reads: the system's, or a simulation's virtual clock.
+    clock: Arc<dyn Clock>,
+    /// The applier's position when a simulation runs it a round at a time
+    /// ([`Store::start_stepped`]) instead of on its thread.
+    stepped: Mutex<Option<apply::Cursor>>,
+    /// Where the watermark goes instead of `cfg.progress_path` (a simulation's memory).
+    progress_file: Option<Arc<dyn ProgressFile>>,
 }
 
 impl Store {
     /// A store whose images are durable up to `progress` (see [`Progress::load`]).
     pub fn new(cfg: StoreConfig, progress: Progress) -> Arc<Self> {
+        Self::build(cfg, progress, Arc::new(SystemClock), None)
+    }
+
+    /// [`Store::new`] for a deterministic simulation: the time comes from `clock` (virtual),
+    /// the watermark goes to `file` (memory); run it with [`Store::start_stepped`].
+    pub fn simulated(
+        cfg: StoreConfig,
+        progress: Progress,
+        clock: Arc<dyn Clock>,
+        file: Arc<dyn ProgressFile>,
+    ) -> Arc<Self> {
+        Self::build(cfg, progress, clock, Some(file))
+    }
+
+    fn build(
+        cfg: StoreConfig,
+        progress: Progress,
+        clock: Arc<dyn Clock>,
+        progress_file: Option<Arc<dyn ProgressFile>>,
+    ) -> Arc<Self> {
         let stats = StoreStats::default();
         stats.applied_seq.store(progress.applied_seq, Relaxed);
         stats.synced_seq.store(progress.applied_seq, Relaxed);
@@ -179,6 +214,9 @@ impl Store {
             short_of_space: AtomicBool::new(false),
             paused: AtomicBool::new(false),
             thread: Mutex::new(None),
+            clock,
+            stepped: Mutex::new(None),
+            progress_file,
         })
     }
 
@@ -221,6 +259,50 @@ impl Store {
     /// Attaches the log, queues what recovery found above the watermark, and starts the
     /// applier.
     pub fn start(self: &Arc<Self>, log: Log, recovered: &[Found]) -> io::Result<()> {
+        self.attach(log, recovered);
+        let me = Arc::clone(self);
+        let h = std::thread::Builder::new()
+            .name("store-apply".into())
+            .spawn(move || me.run())?;
+        if let Ok(mut t) = self.thread.lock() {
+            *t = Some(h);
+        }
+        Ok(())
+    }
+
+    /// [`Store::start`] without the applier thread, for a deterministic simulation: it runs
+    /// the applier one round at a time with [`Store::step`].
+    pub fn start_stepped(&self, log: Log, recovered: &[Found]) {
+        self.attach(log, recovered);
+        if let Ok(mut c) = self.stepped.lock() {
+            *c = Some(self.cursor());
+        }
+    }
+
+    /// One round of the applier, without waiting: takes what is ready (if write-back is due
+    /// by the clock), applies it, syncs and releases the log if a sync is due. Returns whether
+    /// the applier can go on (false once the store failed). Only after
+    /// [`Store::start_stepped`].
+    pub fn step(&self) -> bool {
+        let Ok(mut g) = self.stepped.lock() else {
+            return false;
+        };
+        let Some(c) = g.as_mut() else {
+            return false;
+        };
+        self.failure().is_none() && self.round(c, false) == apply::Round::Again
+    }
+
+    /// When the applier next has something to do by the clock alone (write-back falls due,
+    /// a sync falls due, or out of space, a retry), if it has anything queued or unsynced.
+    /// Only after [`Store::start_stepped`].
+    pub fn next_deadline(&self) -> Option<Instant> {
+        let g = self.stepped.lock().ok()?;
+        self.deadline(g.as_ref()?)
+    }
+
+    /// Attaches the log and queues what recovery found above the watermark.
+    fn attach(&self, log: Log, recovered: &[Found]) {
         let _ = self.log.set(log);
         let durable: Vec<Durable> = recovered
             .iter()
@@ -231,14 +313,6 @@ impl Store {
             })
             .collect();
         self.accept(&durable, false);
-        let me = Arc::clone(self);
-        let h = std::thread::Builder::new()
-            .name("store-apply".into())
-            .spawn(move || me.run())?;
-        if let Ok(mut t) = self.thread.lock() {
-            *t = Some(h);
-        }
-        Ok(())
     }
 
     /// Stops the applier after a final sync of what it applied.
@@ -291,7 +365,7 @@ impl Store {
 
     fn accept(&self, records: &[Durable], keep_payload: bool) {
         let mut items = Vec::with_capacity(records.len());
-        let now = Instant::now();
+        let now = self.clock.now();
         for d in records {
             self.map_overlay(d);
             let keep = keep_payload && self.reserve_payload(d.payload.len() as u64);

@@ -1,0 +1,812 @@
+//! One simulated node: the log on one or two fault-injecting log devices, the store with one or
+//! two volume images on fault-injecting disks (which can also fill up), a virtual clock, and
+//! the records the simulation appended, checked against [`crate::model`].
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Weak};
+
+use mariner_disk::{CrashMode, Disk, Faults, FaultyDisk, FullDisk};
+use mariner_log::clock::{Clock, VirtualClock};
+use mariner_log::{
+    AppendFuture, Durable, DurableSink, Log, LogConfig, RecordKind, Recovery, SimDevices,
+    DATA_OFFSET,
+};
+use mariner_store::{Progress, ProgressFile, Store, StoreConfig};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+use crate::model::{first_difference, Rec, Volume, SECTOR};
+use crate::{Failure, Summary};
+
+const LOG_ID: u128 = 0x5eed;
+
+/// What one seed runs on: drawn from the seed, so that the seeds between them cover one and
+/// two devices, depths 1 to 4, tiny logs that fill at once and larger ones, prompt and
+/// deferred write-back, payloads kept in memory and read back from the log.
+#[derive(Debug, Clone)]
+pub struct Setup {
+    pub devices: usize,
+    pub log: LogConfig,
+    pub segments: u64,
+    pub volumes: Vec<u64>,
+    pub store: StoreParams,
+    /// Largest record, in sectors.
+    pub max_sectors: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct StoreParams {
+    pub sync_interval_ms: u64,
+    pub sync_bytes: u64,
+    pub payload_budget_bytes: u64,
+    pub apply_idle_ms: u64,
+    pub apply_max_delay_ms: u64,
+}
+
+impl Setup {
+    pub fn draw(rng: &mut SmallRng) -> Self {
+        // The smallest segments the log takes, and few of them: the log fills up and writers
+        // wait for the store to release space.
+        let segment_bytes = [64u64 << 10, 128 << 10][rng.random_range(0..2)];
+        let segments = rng.random_range(3..=6);
+        let log = LogConfig {
+            segment_bytes,
+            align_bytes: 512,
+            t_wait_ns: [0, 10_000, 50_000, 200_000][rng.random_range(0..4)],
+            t_switch: f64::INFINITY,
+            dispatch_on_idle: rng.random_bool(0.7),
+            // The fault-injecting disk makes a write durable only on sync: write + fdatasync.
+            sync_each_write: true,
+            device_depth: rng.random_range(1..=4),
+            ..LogConfig::default()
+        };
+        let volumes = (0..rng.random_range(1..=2))
+            .map(|_| [64u64 << 10, 128 << 10, 256 << 10][rng.random_range(0..3)])
+            .collect();
+        let store = StoreParams {
+            sync_interval_ms: rng.random_range(1..=20),
+            sync_bytes: [4u64 << 10, 16 << 10, 64 << 10][rng.random_range(0..3)],
+            payload_budget_bytes: [0u64, 8 << 10, 64 << 10][rng.random_range(0..3)],
+            apply_idle_ms: rng.random_range(0..=5),
+            apply_max_delay_ms: rng.random_range(5..=50),
+        };
+        Self {
+            devices: rng.random_range(1..=2),
+            log,
+            segments,
+            volumes,
+            store,
+            max_sectors: 16,
+        }
+    }
+}
+
+/// The store's watermark "file": replaced atomically and durably by each save, so a crash
+/// leaves the last one saved. It can fill up like the images' file system.
+#[derive(Default)]
+struct MemProgress {
+    saved: std::sync::Mutex<Progress>,
+    full: std::sync::atomic::AtomicBool,
+}
+
+impl ProgressFile for MemProgress {
+    fn save(&self, p: &Progress) -> std::io::Result<()> {
+        if self.full.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(std::io::ErrorKind::StorageFull.into());
+        }
+        if let Ok(mut g) = self.saved.lock() {
+            *g = *p;
+        }
+        Ok(())
+    }
+}
+
+/// The log's consumer, held weakly: the store holds the log, the log holds its sink, and a
+/// strong reference both ways would keep every crashed node's disks alive.
+struct WeakSink(Weak<Store>);
+
+impl DurableSink for WeakSink {
+    fn durable(&self, records: &[Durable]) {
+        if let Some(s) = self.0.upgrade() {
+            s.durable(records);
+        }
+    }
+}
+
+struct Node {
+    log: Log,
+    store: Arc<Store>,
+    sim: SimDevices,
+}
+
+struct Waiter {
+    seq: u64,
+    void: bool,
+    fut: AppendFuture,
+}
+
+/// A record the simulation appended and the log has not yet given up, by sequence number.
+struct Known {
+    rec: Rec,
+    /// Acknowledged, or found by recovery after a crash: it must survive every later crash.
+    durable: bool,
+    ts: Option<u64>,
+}
+
+/// An image disk and the handles to fault it.
+struct Image {
+    size: u64,
+    disk: Arc<FullDisk<FaultyDisk>>,
+    faults: Faults,
+}
+
+pub(crate) struct World {
+    seed: u64,
+    rng: SmallRng,
+    pub(crate) setup: Setup,
+    clock: Arc<VirtualClock>,
+    log_faults: Vec<Faults>,
+    log_devs: Vec<Arc<dyn Disk>>,
+    images: Vec<Image>,
+    progress: Arc<MemProgress>,
+    node: Option<Node>,
+    waiting: Vec<Waiter>,
+    known: BTreeMap<u64, Known>,
+    model: Vec<Volume>,
+    trace: VecDeque<String>,
+    verbose: bool,
+    pub(crate) summary: Summary,
+}
+
+/// Events kept for the failure report.
+const TRACE: usize = 48;
+
+impl World {
+    pub(crate) fn new(seed: u64, verbose: bool) -> Result<Self, Failure> {
+        let mut rng = SmallRng::seed_from_u64(seed);
+        let setup = Setup::draw(&mut rng);
+        let dev_len = DATA_OFFSET + setup.segments * setup.log.segment_bytes;
+        let mut log_faults = Vec::new();
+        let mut log_devs: Vec<Arc<dyn Disk>> = Vec::new();
+        for _ in 0..setup.devices {
+            let d = FaultyDisk::new(dev_len as usize, rng.random());
+            log_faults.push(d.faults());
+            log_devs.push(Arc::new(d));
+        }
+        let images = setup
+            .volumes
+            .iter()
+            .map(|&size| {
+                let d = FaultyDisk::new(size as usize, rng.random());
+                Image {
+                    size,
+                    faults: d.faults(),
+                    disk: Arc::new(FullDisk::new(d)),
+                }
+            })
+            .collect();
+        let model = setup.volumes.iter().map(|&s| Volume::new(s)).collect();
+        let mut w = Self {
+            seed,
+            rng,
+            setup,
+            clock: Arc::new(VirtualClock::new(1_700_000_000_000_000_000)),
+            log_faults,
+            log_devs,
+            images,
+            progress: Arc::default(),
+            node: None,
+            waiting: Vec::new(),
+            known: BTreeMap::new(),
+            model,
+            trace: VecDeque::new(),
+            verbose,
+            summary: Summary::default(),
+        };
+        w.note(format!("setup {:?}", w.setup));
+        Log::format(&w.log_devs, &w.setup.log, LOG_ID)
+            .map_err(|e| w.fail(format!("format: {e}")))?;
+        Ok(w)
+    }
+
+    pub(crate) fn fail(&self, message: String) -> Failure {
+        let mut f = Failure::new(self.seed, message);
+        f.trace = self.trace.iter().cloned().collect();
+        f
+    }
+
+    fn note(&mut self, event: String) {
+        if self.verbose {
+            eprintln!("[{:>12} ns] {event}", self.clock.elapsed_ns());
+        }
+        if self.trace.len() == TRACE {
+            self.trace.pop_front();
+        }
+        self.trace.push_back(event);
+    }
+
+    fn node(&self) -> Result<&Node, Failure> {
+        self.node
+            .as_ref()
+            .ok_or_else(|| self.fail("no node is open".into()))
+    }
+
+    /// Opens the node on the disks as they are (formatted, or as a crash left them), checks
+    /// what recovery found against the records appended, and checks every volume reads as
+    /// the model says.
+    pub(crate) fn open(&mut self) -> Result<(), Failure> {
+        let progress = self.progress.saved.lock().map(|p| *p).unwrap_or_default();
+        let p = self.setup.store;
+        let cfg = StoreConfig {
+            progress_path: "unused: the watermark is kept in memory".into(),
+            sync_interval_ms: p.sync_interval_ms,
+            sync_bytes: p.sync_bytes,
+            payload_budget_bytes: p.payload_budget_bytes,
+            apply_idle_ms: p.apply_idle_ms,
+            apply_max_delay_ms: p.apply_max_delay_ms,
+        };
+        let clock: Arc<dyn Clock> = self.clock.clone();
+        let file: Arc<dyn ProgressFile> = self.progress.clone();
+        let store = Store::simulated(cfg, progress, Arc::clone(&clock), file);
+        for (i, img) in self.images.iter().enumerate() {
+            store.add_volume(vol_id(i), img.disk.clone(), img.size);
+        }
+        let sink = Arc::new(WeakSink(Arc::downgrade(&store)));
+        let opened = Log::open_simulated(
+            self.log_devs.clone(),
+            self.setup.log.clone(),
+            LOG_ID,
+            (progress.applied_seq, progress.applied_ts),
+            sink,
+            clock,
+        );
+        let (log, rec, sim, voids) =
+            opened.map_err(|e| self.fail(format!("the log does not open after a crash: {e}")))?;
+        self.note(format!(
+            "open: watermark {} recovered {} voided {:?} last {} torn tails {}",
+            progress.applied_seq,
+            rec.records.len(),
+            rec.voided,
+            rec.last_seq,
+            rec.torn_tails
+        ));
+        self.check_recovery(&progress, &rec)?;
+        store.start_stepped(log.clone(), &rec.records);
+        for (&seq, fut) in rec.voided.iter().zip(voids) {
+            self.waiting.push(Waiter {
+                seq,
+                void: true,
+                fut,
+            });
+        }
+        self.node = Some(Node { log, store, sim });
+        for v in 0..self.images.len() {
+            self.check_read(v, 0, self.images[v].size, "after recovery")?;
+        }
+        Ok(())
+    }
+
+    /// Recovery's answer against the records appended: every durable record above the
+    /// watermark is found, unchanged; nothing is found that was not appended; every sequence
+    /// number up to the last is found or voided. Unacknowledged records recovery found are
+    /// durable from now on; those it did not are forgotten (their numbers were voided).
+    fn check_recovery(&mut self, progress: &Progress, rec: &Recovery) -> Result<(), Failure> {
+        let w = progress.applied_seq;
+        let mut found = BTreeMap::new();
+        for f in &rec.records {
+            if f.header.seq <= w {
+                return Err(self.fail(format!(
+                    "recovery returned record {} at or below the watermark {w}",
+                    f.header.seq
+                )));
+            }
+            if found.insert(f.header.seq, f.header).is_some() {
+                return Err(self.fail(format!("recovery returned record {} twice", f.header.seq)));
+            }
+        }
+        if let Some(prev) = rec
+            .records
+            .windows(2)
+            .find(|p| p[0].header.seq >= p[1].header.seq)
+        {
+            return Err(self.fail(format!(
+                "recovered records out of sequence order: {} before {}",
+                prev[0].header.seq, prev[1].header.seq
+            )));
+        }
+        for s in w + 1..=rec.last_seq {
+            if !found.contains_key(&s) && !rec.voided.contains(&s) {
+                return Err(self.fail(format!(
+                    "sequence number {s} neither recovered nor voided (last {})",
+                    rec.last_seq
+                )));
+            }
+        }
+        for (&seq, h) in &found {
+            if h.kind == RecordKind::Void {
+                continue;
+            }
+            let Some(k) = self.known.get(&seq) else {
+                return Err(self.fail(format!(
+                    "recovered record {seq} ({:?} of volume {} at {}) was never appended",
+                    h.kind, h.volume, h.offset
+                )));
+            };
+            let r = &k.rec;
+            let same = h.kind == r.kind
+                && h.volume == r.volume
+                && h.offset == r.offset
+                && h.length == r.length
+                && (r.kind != RecordKind::Write || h.payload_crc == crc32c::crc32c(&r.payload));
+            if !same {
+                return Err(self.fail(format!(
+                    "recovered record {seq} differs from the one appended: {h:?} vs {:?}",
+                    (r.kind, r.volume, r.offset, r.length)
+                )));
+            }
+        }
+        let mut forget = Vec::new();
+        let mut recovered = Vec::new();
+        for (&seq, k) in &self.known {
+            if seq <= w {
+                if !k.durable {
+                    return Err(self.fail(format!(
+                        "the store's watermark {w} covers record {seq}, never acknowledged"
+                    )));
+                }
+                forget.push(seq);
+            } else if found.contains_key(&seq) {
+                if !k.durable {
+                    recovered.push(seq);
+                }
+            } else if k.durable {
+                return Err(self.fail(format!(
+                    "acknowledged record {seq} ({:?} of volume {} at {}+{}) lost: watermark {w}, \
+                     recovered {} records up to {}",
+                    k.rec.kind,
+                    k.rec.volume,
+                    k.rec.offset,
+                    k.rec.length,
+                    rec.records.len(),
+                    rec.last_seq
+                )));
+            } else {
+                forget.push(seq);
+            }
+        }
+        for seq in forget {
+            let gone = self.known.remove(&seq);
+            if gone.is_some_and(|k| !k.durable) {
+                self.summary.lost_unacked += 1;
+            }
+        }
+        for seq in recovered {
+            self.summary.recovered_unacked += 1;
+            let ts = found.get(&seq).map(|h| h.timestamp_ns);
+            if let Some(k) = self.known.get_mut(&seq) {
+                k.durable = true;
+                k.ts = ts;
+                let r = k.rec.clone();
+                self.model[vol_index(r.volume)].apply(&r);
+            }
+        }
+        self.summary.torn_tails += rec.torn_tails;
+        Ok(())
+    }
+
+    /// Compares a read through the store with the model.
+    pub(crate) fn check_read(
+        &mut self,
+        v: usize,
+        offset: u64,
+        len: u64,
+        when: &str,
+    ) -> Result<(), Failure> {
+        let got = self
+            .node()?
+            .store
+            .read(vol_id(v), offset, len)
+            .map_err(|e| self.fail(format!("read of volume {} failed {when}: {e}", vol_id(v))))?;
+        self.summary.reads += 1;
+        let want = &self.model[v].data[offset as usize..(offset + len) as usize];
+        if let Some(i) = first_difference(&got, want) {
+            let at = offset + i as u64;
+            let sector = self.model[v].seq[(at / SECTOR) as usize];
+            return Err(self.fail(format!(
+                "volume {} reads wrong {when}: byte {at} is {} where the model has {} (sector \
+                 last written by record {sector})",
+                vol_id(v),
+                got[i],
+                want[i]
+            )));
+        }
+        Ok(())
+    }
+
+    /// Appends a burst of one to three random records.
+    pub(crate) fn append(&mut self) -> Result<(), Failure> {
+        let mut recs = Vec::new();
+        for _ in 0..self.rng.random_range(1..=3) {
+            recs.push(self.random_record());
+        }
+        let entries = recs.iter().map(entry).collect();
+        let Ok(burst) = self.node()?.log.append_many(entries) else {
+            return Ok(()); // the log failed: refused
+        };
+        let Some(first) = burst.first_seq else {
+            return Ok(());
+        };
+        self.summary.appended += recs.len() as u64;
+        let stalled = self
+            .node()?
+            .log
+            .stats()
+            .stalled
+            .load(std::sync::atomic::Ordering::Relaxed);
+        if stalled > 0 {
+            self.summary.log_full += 1;
+        }
+        for (i, (mut r, fut)) in recs.into_iter().zip(burst.futures).enumerate() {
+            let seq = first + i as u64;
+            r.seq = seq;
+            self.note(format!(
+                "append {seq}: {:?} vol {} {}+{}",
+                r.kind, r.volume, r.offset, r.length
+            ));
+            if self.known.contains_key(&seq) {
+                return Err(self.fail(format!("sequence number {seq} handed out twice")));
+            }
+            self.known.insert(
+                seq,
+                Known {
+                    rec: r,
+                    durable: false,
+                    ts: None,
+                },
+            );
+            self.waiting.push(Waiter {
+                seq,
+                void: false,
+                fut,
+            });
+        }
+        Ok(())
+    }
+
+    fn random_record(&mut self) -> Rec {
+        let v = self.rng.random_range(0..self.images.len());
+        let sectors_in_volume = self.images[v].size / SECTOR;
+        let sectors = self.rng.random_range(1..=self.setup.max_sectors);
+        let first = self.rng.random_range(0..=sectors_in_volume - sectors);
+        let kind = match self.rng.random_range(0..20) {
+            0 | 1 => RecordKind::Trim,
+            2 => RecordKind::WriteZeroes,
+            _ => RecordKind::Write,
+        };
+        let length = (sectors * SECTOR) as u32;
+        let payload = if kind == RecordKind::Write {
+            let mut p = vec![0u8; length as usize];
+            self.rng.fill(&mut p[..]);
+            bytes::Bytes::from(p)
+        } else {
+            bytes::Bytes::new()
+        };
+        Rec {
+            seq: 0,
+            kind,
+            volume: vol_id(v),
+            offset: first * SECTOR,
+            length,
+            payload,
+        }
+    }
+
+    /// Takes the answers of the appends that have one. An acknowledged record joins the model.
+    pub(crate) fn collect(&mut self) -> Result<(), Failure> {
+        let mut i = 0;
+        while i < self.waiting.len() {
+            use tokio::sync::oneshot::error::TryRecvError;
+            match self.waiting[i].fut.try_recv() {
+                Err(TryRecvError::Empty) => i += 1,
+                Err(TryRecvError::Closed) | Ok(Err(_)) => {
+                    let w = self.waiting.swap_remove(i);
+                    self.note(format!("append {} failed", w.seq));
+                }
+                Ok(Ok(a)) => {
+                    let w = self.waiting.swap_remove(i);
+                    if a.seq != w.seq {
+                        return Err(self.fail(format!(
+                            "record {} acknowledged as sequence number {}",
+                            w.seq, a.seq
+                        )));
+                    }
+                    if !w.void {
+                        self.acknowledged(a.seq, a.timestamp_ns)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn acknowledged(&mut self, seq: u64, ts: u64) -> Result<(), Failure> {
+        self.summary.acked += 1;
+        let before = self.known.range(..seq).rev().find_map(|(_, k)| k.ts);
+        let after = self.known.range(seq + 1..).find_map(|(_, k)| k.ts);
+        if before.is_some_and(|b| b >= ts) || after.is_some_and(|a| a <= ts) {
+            return Err(self.fail(format!(
+                "record {seq}'s timestamp {ts} is out of sequence order ({before:?}, {after:?})"
+            )));
+        }
+        let Some(k) = self.known.get_mut(&seq) else {
+            return Err(self.fail(format!("acknowledged record {seq} was never appended")));
+        };
+        if k.durable {
+            return Err(self.fail(format!("record {seq} acknowledged twice")));
+        }
+        k.durable = true;
+        k.ts = Some(ts);
+        let r = k.rec.clone();
+        self.note(format!("ack {seq}"));
+        self.model[vol_index(r.volume)].apply(&r);
+        Ok(())
+    }
+
+    /// Completes one of the batches in flight, chosen at random: devices finish in any order.
+    pub(crate) fn complete_one(&mut self) -> Result<bool, Failure> {
+        let node = self.node()?;
+        let flying = node.sim.in_flight();
+        if flying.is_empty() {
+            return Ok(false);
+        }
+        let depth = self.setup.log.device_depth as usize;
+        for dev in 0..self.setup.devices {
+            let n = flying.iter().filter(|f| f.dev == dev).count();
+            if n > depth {
+                return Err(self.fail(format!(
+                    "device {dev} has {n} batches in flight, depth {depth}"
+                )));
+            }
+        }
+        let i = self.rng.random_range(0..flying.len());
+        let f = flying[i];
+        self.node()?.sim.complete(i);
+        self.summary.batches += 1;
+        self.note(format!(
+            "complete dev {} ticket {} at {}+{}",
+            f.dev, f.ticket, f.offset, f.len
+        ));
+        Ok(true)
+    }
+
+    pub(crate) fn fire_timer(&mut self) -> Result<bool, Failure> {
+        let fired = self.node()?.sim.fire_timer();
+        if fired {
+            self.note("T_wait fired".into());
+        }
+        Ok(fired)
+    }
+
+    pub(crate) fn store_step(&mut self) -> Result<(), Failure> {
+        let node = self.node()?;
+        let before = node
+            .store
+            .stats()
+            .applied_seq
+            .load(std::sync::atomic::Ordering::Relaxed);
+        node.store.step();
+        let short = (0..self.images.len()).any(|v| node.store.out_of_space(vol_id(v)).is_some());
+        let after = node
+            .store
+            .stats()
+            .applied_seq
+            .load(std::sync::atomic::Ordering::Relaxed);
+        if short {
+            self.summary.no_space += 1;
+        }
+        if after != before {
+            self.note(format!("store applied {before} -> {after}"));
+        }
+        Ok(())
+    }
+
+    /// The earliest moment the log or the store waits for.
+    pub(crate) fn next_deadline_ns(&self) -> Result<Option<u64>, Failure> {
+        let node = self.node()?;
+        let now = self.clock.now();
+        let d = [node.sim.next_deadline(), node.store.next_deadline()]
+            .into_iter()
+            .flatten()
+            .min();
+        Ok(d.map(|d| {
+            let ahead = d.saturating_duration_since(now);
+            self.clock.elapsed_ns() + u64::try_from(ahead.as_nanos()).unwrap_or(u64::MAX)
+        }))
+    }
+
+    /// Moves the clock: to the next deadline, or by a short or a long random step.
+    pub(crate) fn advance(&mut self) -> Result<(), Failure> {
+        let now = self.clock.elapsed_ns();
+        let by = match self.rng.random_range(0..4) {
+            0 | 1 => self
+                .next_deadline_ns()?
+                .map_or(0, |d| d.saturating_sub(now)),
+            2 => self.rng.random_range(1..100_000),
+            _ => self.rng.random_range(1_000_000..20_000_000),
+        };
+        self.clock.advance(by);
+        Ok(())
+    }
+
+    /// Reads a random range of a random volume and compares it with the model.
+    pub(crate) fn random_read(&mut self) -> Result<(), Failure> {
+        let v = self.rng.random_range(0..self.images.len());
+        let sectors = self.images[v].size / SECTOR;
+        let n = self.rng.random_range(1..=32.min(sectors));
+        let first = self.rng.random_range(0..=sectors - n);
+        self.check_read(v, first * SECTOR, n * SECTOR, "while running")
+    }
+
+    /// Injects one fault: a log device's next I/O fails (the log fails for good), an image
+    /// disk's syncs fail (the store fails for good), or an image's file system fills up (the
+    /// store waits for room).
+    pub(crate) fn inject_fault(&mut self) -> Result<(), Failure> {
+        self.summary.faults += 1;
+        match self.rng.random_range(0..3) {
+            0 => {
+                let dev = self.rng.random_range(0..self.log_faults.len());
+                let after = self.rng.random_range(0..4);
+                self.note(format!("fault: log device {dev} fails after {after} I/Os"));
+                self.log_faults[dev].fail_after(after);
+            }
+            1 => {
+                let v = self.rng.random_range(0..self.images.len());
+                self.note(format!("fault: image {v}'s syncs fail"));
+                self.images[v].faults.set_sync_fails(true);
+            }
+            _ => {
+                // The images and the watermark share a file system.
+                let v = self.rng.random_range(0..self.images.len());
+                self.note(format!("fault: the file system of image {v} is full"));
+                self.images[v].disk.set_full(true);
+                if self.rng.random_bool(0.5) {
+                    self.progress
+                        .full
+                        .store(true, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Room again on every image (what a user does after an ENOSPC).
+    pub(crate) fn make_room(&mut self) {
+        for img in &self.images {
+            img.disk.set_full(false);
+        }
+        self.progress
+            .full
+            .store(false, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Cuts the power: some batches in flight were under way and reach their device
+    /// unsynced, then every disk keeps what it had synced plus, at random, some of what it had
+    /// not (whole, torn or not at all).
+    pub(crate) fn crash(&mut self) -> Result<(), Failure> {
+        self.summary.crashes += 1;
+        if let Some(node) = &self.node {
+            let n = node.sim.in_flight().len();
+            for i in (0..n).rev() {
+                if self.rng.random_bool(0.5) {
+                    node.sim.land(i);
+                }
+            }
+        }
+        self.collect()?;
+        self.node = None;
+        self.collect()?;
+        self.waiting.clear();
+        let mode = match self.rng.random_range(0..10) {
+            0 => CrashMode::LoseUnsynced,
+            1 => CrashMode::KeepUnsynced,
+            _ => CrashMode::Random,
+        };
+        self.note(format!("crash ({mode:?})"));
+        for (dev, f) in self.log_faults.iter_mut().enumerate() {
+            let d = f.crash_with(mode);
+            *f = d.faults();
+            self.log_devs[dev] = Arc::new(d);
+        }
+        for img in &mut self.images {
+            let d = img.faults.crash_with(mode);
+            img.faults = d.faults();
+            img.disk = Arc::new(FullDisk::new(d));
+        }
+        Ok(())
+    }
+
+    /// Runs without new appends until every append is answered and the store has applied
+    /// and synced all of it, then checks the images on disk — what survives the next crash
+    /// with nothing in flight — against the model. Fails if the node stops making progress.
+    pub(crate) fn drain(&mut self) -> Result<(), Failure> {
+        self.make_room();
+        let last = self.known.keys().next_back().copied().unwrap_or(0);
+        for _ in 0..200_000 {
+            self.collect()?;
+            let node = self.node()?;
+            if let Some(why) = node.log.failure().or_else(|| node.store.failure()) {
+                return Err(self.fail(format!("failed while draining without faults: {why}")));
+            }
+            let synced = node.store.progress().applied_seq;
+            let flying = node.sim.in_flight().len();
+            if self.waiting.is_empty() && flying == 0 && synced >= last {
+                return self.check_images_on_disk();
+            }
+            if flying > 0 {
+                self.complete_one()?;
+                continue;
+            }
+            if self.fire_timer()? {
+                continue;
+            }
+            self.store_step()?;
+            let now = self.clock.elapsed_ns();
+            let next = self.next_deadline_ns()?.unwrap_or(now + 1_000_000);
+            self.clock.advance(next.saturating_sub(now).max(1));
+        }
+        let node = self.node()?;
+        Err(self.fail(format!(
+            "no progress while draining: {} appends unanswered, {} batches in flight, store \
+             synced to {} of {last}, log {} of {} segments in use, {} stalled",
+            self.waiting.len(),
+            node.sim.in_flight().len(),
+            node.store.progress().applied_seq,
+            node.log
+                .stats()
+                .segments_used
+                .load(std::sync::atomic::Ordering::Relaxed),
+            node.log
+                .stats()
+                .segments_total
+                .load(std::sync::atomic::Ordering::Relaxed),
+            node.log
+                .stats()
+                .stalled
+                .load(std::sync::atomic::Ordering::Relaxed),
+        )))
+    }
+
+    /// Every image's synced bytes equal the model: write-back put everything where it belongs.
+    fn check_images_on_disk(&mut self) -> Result<(), Failure> {
+        for v in 0..self.images.len() {
+            let durable = self.images[v].faults.durable_image();
+            if let Some(i) = first_difference(&durable, &self.model[v].data) {
+                return Err(self.fail(format!(
+                    "volume {}'s synced image differs from the model at byte {i} after draining",
+                    vol_id(v)
+                )));
+            }
+            self.check_read(v, 0, self.images[v].size, "after draining")?;
+        }
+        Ok(())
+    }
+
+    pub(crate) fn random(&mut self, n: u32) -> u32 {
+        self.rng.random_range(0..n)
+    }
+}
+
+fn entry(r: &Rec) -> mariner_log::Entry {
+    match r.kind {
+        RecordKind::Write => mariner_log::Entry::write(r.volume, r.offset, r.payload.clone()),
+        kind => mariner_log::Entry::extent(kind, r.volume, r.offset, r.length),
+    }
+}
+
+fn vol_id(index: usize) -> u32 {
+    index as u32 + 1
+}
+
+fn vol_index(id: u32) -> usize {
+    (id - 1) as usize
+}
