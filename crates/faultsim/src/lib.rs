@@ -164,6 +164,8 @@ pub fn run_seed(seed: u64, verbose: bool) -> Result<Summary, Failure> {
         // Sometimes the node runs dry before the power goes: nothing in flight to lose.
         if fault_at.is_none() && w.random(4) == 0 {
             w.drain()?;
+        } else if fault_at.is_some() && w.random(2) == 0 {
+            w.settle()?;
         }
         w.crash()?;
         w.open()?;

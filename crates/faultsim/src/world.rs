@@ -725,6 +725,44 @@ impl World {
         Ok(())
     }
 
+    /// After a fault: runs without new appends until every append is answered, durable or
+    /// failed. A node that failed must say so to its writers, not leave them waiting for log
+    /// space that a failed store will never release. Full file systems are made roomy first
+    /// (waiting for room is what the node should do while they are full).
+    pub(crate) fn settle(&mut self) -> Result<(), Failure> {
+        self.make_room();
+        for _ in 0..20_000 {
+            self.collect()?;
+            if self.waiting.is_empty() {
+                return Ok(());
+            }
+            if self.complete_one()? || self.fire_timer()? {
+                continue;
+            }
+            self.store_step()?;
+            let now = self.clock.elapsed_ns();
+            let next = self.next_deadline_ns()?.unwrap_or(now + 1_000_000);
+            self.clock
+                .advance(next.saturating_sub(now).clamp(1, 10_000_000));
+        }
+        let node = self.node()?;
+        Err(self.fail(format!(
+            "{} appends never answered after a fault (log failed: {:?}, store failed: {:?}, \
+             {} of {} log segments in use)",
+            self.waiting.len(),
+            node.log.failure(),
+            node.store.failure(),
+            node.log
+                .stats()
+                .segments_used
+                .load(std::sync::atomic::Ordering::Relaxed),
+            node.log
+                .stats()
+                .segments_total
+                .load(std::sync::atomic::Ordering::Relaxed),
+        )))
+    }
+
     /// Runs without new appends until every append is answered and the store has applied
     /// and synced all of it, then checks the images on disk — what survives the next crash
     /// with nothing in flight — against the model. Fails if the node stops making progress.

@@ -630,6 +630,15 @@ impl Log {
         self.inner.failed.lock().ok().and_then(|g| g.clone())
     }
 
+    /// A consumer that must keep records until it has them (the store) failed for good and
+    /// will never release space again: records waiting for space would wait forever. Fails
+    /// the log with `why` — every record not yet being written and every later append get
+    /// [`LogError::Failed`]; batches being written finish. The log stays readable, and a
+    /// restart recovers everything durable in it.
+    pub fn fail(&self, why: &str) {
+        self.inner.shared.fail(why.to_string());
+    }
+
     /// Stops the writer; waiters still pending get [`LogError::Failed`]. Idempotent.
     pub fn shutdown(&self) {
         self.inner.shared.shutdown();

@@ -84,6 +84,14 @@ impl Shared {
         self.execute(&mut w, actions);
     }
 
+    /// Fails the log for good: every record not yet handed to a device fails, and every
+    /// later append. Batches already being written finish and are acknowledged if durable.
+    pub(crate) fn fail(&self, why: String) {
+        if let Some(mut w) = self.lock() {
+            w.fail(why);
+        }
+    }
+
     /// Fails every waiter, refuses later appends and ends the device and timer threads.
     pub(crate) fn shutdown(&self) {
         if let Some(mut w) = self.lock() {

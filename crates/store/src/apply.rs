@@ -552,6 +552,13 @@ impl Store {
         if let Ok(mut f) = self.failed.lock() {
             f.get_or_insert(e.to_string());
         }
+        // The log keeps what was not applied, but this store will never release it again:
+        // writers waiting for log space must hear that now, not wait forever.
+        if let Some(log) = self.log.get() {
+            log.fail(&format!(
+                "the store failed and releases no more log space: {e}"
+            ));
+        }
     }
 }
 
