@@ -80,9 +80,14 @@ pub(crate) fn recover(
     rec.replay.after_seq = after_seq;
     for (mut scan, sb) in scans.into_iter().zip(sbs) {
         let (start, in_use) = scan.resume(sb);
-        rec.replay
-            .segments
-            .push(in_use.iter().map(|&(segment, _)| segment).collect());
+        // Replay reads the segments holding records above the watermark, not the holes.
+        rec.replay.segments.push(
+            in_use
+                .iter()
+                .filter(|&&(_, max_seq)| max_seq > after_seq)
+                .map(|&(segment, _)| segment)
+                .collect(),
+        );
         resume.starts.push(start);
         resume.in_use.push(in_use);
         seqs.append(&mut scan.above_seqs);
@@ -169,13 +174,34 @@ impl DeviceScan {
     }
 
     /// Where the device resumes and which of its segments stay in use, oldest first.
+    ///
+    /// The placement policy moves through the segments as a ring (the next segment after the
+    /// current one, while it has free ones), so what stays in use must be one run of the ring:
+    /// from the oldest segment holding a record above the watermark to the newest segment.
+    /// A segment inside that run without such a record — its first batch was lost in the
+    /// crash while later ones landed, so it shows older data or none — is kept in the run as
+    /// a hole (highest sequence number 0, freed as soon as it is the oldest); counted as free
+    /// instead, it let the writer switch into the run's oldest segment and overwrite records
+    /// not yet applied (found by crates/faultsim, seed 6792).
     fn resume(&mut self, sb: &Superblock) -> (DeviceStart, VecDeque<(u64, u64)>) {
         self.in_use.sort_unstable();
-        let in_use: VecDeque<(u64, u64)> = self
-            .in_use
-            .iter()
-            .map(|&(_, segment, max_seq)| (segment, max_seq))
-            .collect();
+        let mut in_use = VecDeque::new();
+        if let (Some(&(_, oldest, _)), Some((_, newest))) = (self.in_use.first(), self.newest) {
+            let count = sb.segment_count.max(1);
+            let mut segment = oldest;
+            loop {
+                let max_seq = self
+                    .in_use
+                    .iter()
+                    .find(|&&(_, s, _)| s == segment)
+                    .map_or(0, |&(_, _, m)| m);
+                in_use.push_back((segment, max_seq));
+                if segment == newest || in_use.len() as u64 >= count {
+                    break;
+                }
+                segment = (segment + 1) % count;
+            }
+        }
         let start = match self.newest {
             Some((generation, segment)) => DeviceStart {
                 segment,
@@ -290,7 +316,7 @@ mod tests {
     }
 
     /// A wrapped ring: segment 1 is the newest, 3 and 0 the older ones still holding records
-    /// above the watermark (10), 2 all at or below it, 4 never written.
+    /// above the watermark (10), 2 all at or below it, 4 shows nothing valid.
     #[test]
     fn a_device_resumes_after_its_newest_segment_keeping_those_above_the_watermark() {
         let mut scan = DeviceScan::new(10, true);
@@ -311,13 +337,31 @@ mod tests {
             created_ns: 0,
         };
         let (start, in_use) = scan.resume(&sb);
+        // 4 lies between 3 and 0 in the ring: the writer went through it, so it stays in
+        // the run (a hole) and 2 is the one free segment.
         assert_eq!(
             (start.segment, start.generation, start.free_segments),
-            (1, 8, 2)
+            (1, 8, 1)
         );
-        assert_eq!(Vec::from(in_use), vec![(3, 12), (0, 14), (1, 18)]);
+        assert_eq!(Vec::from(in_use), vec![(3, 12), (4, 0), (0, 14), (1, 18)]);
         assert_eq!((scan.last_seq, scan.last_ts, scan.torn_tails), (18, 180, 2));
         assert_eq!((scan.segments_scanned, scan.bytes_scanned), (5, 5 * 512));
+
+        // Segment 2's first batch was lost in the crash (it shows nothing valid) while 3 and
+        // 4 landed: the run from 1 (oldest above the watermark) to 4 (newest) stays in use,
+        // 2 as a hole, so the writer's next segment is 0, not 1.
+        let mut scan = DeviceScan::new(10, true);
+        scan.segment(&summary(0, Some(5), 9, Stop::End));
+        scan.segment(&summary(1, Some(6), 12, Stop::End));
+        scan.segment(&summary(2, None, 0, Stop::NoRecord));
+        scan.segment(&summary(3, Some(8), 16, Stop::End));
+        scan.segment(&summary(4, Some(9), 18, Stop::BadHeader));
+        let (start, in_use) = scan.resume(&sb);
+        assert_eq!(
+            (start.segment, start.generation, start.free_segments),
+            (4, 9, 1)
+        );
+        assert_eq!(Vec::from(in_use), vec![(1, 12), (2, 0), (3, 16), (4, 18)]);
 
         let (start, in_use) = DeviceScan::new(0, true).resume(&sb);
         assert_eq!(
