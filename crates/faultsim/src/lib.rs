@@ -147,7 +147,7 @@ pub fn run_seed(seed: u64, verbose: bool) -> Result<Summary, Failure> {
         } else {
             STEPS / 2 + w.random(STEPS)
         };
-        let fault_at = (w.random(3) == 0).then(|| w.random(steps));
+        let fault_at = (steps > 0 && w.random(3) == 0).then(|| w.random(steps));
         for step in 0..steps {
             if fault_at == Some(step) {
                 w.inject_fault()?;
@@ -186,7 +186,17 @@ pub fn run_seed(seed: u64, verbose: bool) -> Result<Summary, Failure> {
 pub fn run_seeds(first: u64, count: u64) -> Result<Summary, Failure> {
     let mut total = Summary::default();
     for seed in first..first + count {
-        total.add(&run_seed(seed, false)?);
+        // A panic anywhere in the node is a finding like any other: report its seed.
+        let run = std::panic::catch_unwind(|| run_seed(seed, false));
+        let summary = run.unwrap_or_else(|p| {
+            let what = p
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            Err(Failure::new(seed, format!("panicked: {what}")))
+        })?;
+        total.add(&summary);
     }
     Ok(total)
 }

@@ -271,7 +271,7 @@ impl World {
             rec.torn_tails
         ));
         self.check_recovery(&progress, &rec)?;
-        store.start_stepped(log.clone(), &rec.records);
+        store.start_stepped(log.clone(), &rec);
         for (&seq, fut) in rec.voided.iter().zip(voids) {
             self.waiting.push(Waiter {
                 seq,

@@ -122,7 +122,7 @@ impl Node {
             }
         };
         store.set_paused(cfg.test.pause_apply);
-        if let Err(e) = store.start(log.clone(), &rec.records) {
+        if let Err(e) = store.start(log.clone(), &rec) {
             log.shutdown();
             return Err(NodeError::Io(e.to_string()));
         }

@@ -305,6 +305,14 @@ impl Store {
         let Ok(mut q) = self.queue.lock() else {
             return (Vec::new(), true);
         };
+        // A void record recovery counted as a gap (see `Store::attach`) can become durable
+        // after the applier passed its number: drop such late arrivals.
+        let stale = |q: &mut crate::Queue| {
+            while q.items.first_key_value().is_some_and(|(k, _)| *k < next) {
+                q.items.pop_first();
+            }
+        };
+        stale(&mut q);
         let ready = |q: &crate::Queue| {
             q.shutdown
                 || (!self.paused.load(Relaxed)
@@ -318,6 +326,7 @@ impl Store {
                 Err(_) => return (Vec::new(), true),
             };
             q.applier_waiting = false;
+            stale(&mut q);
         }
         // Write-back: let the writers' burst pass first. New records do not wake this wait.
         while ready(&q) {
@@ -330,6 +339,7 @@ impl Store {
                 Ok((q, _)) => q,
                 Err(_) => return (Vec::new(), true),
             };
+            stale(&mut q);
         }
         let mut out = Vec::new();
         let mut expect = next;

@@ -39,7 +39,9 @@ use std::time::Instant;
 use bytes::Bytes;
 use mariner_disk::{Disk, Extent};
 use mariner_log::clock::{Clock, SystemClock};
-use mariner_log::{Durable, DurableSink, Found, Log, LogAddr, LogError, RecordHeader, RecordKind};
+use mariner_log::{
+    Durable, DurableSink, Log, LogAddr, LogError, RecordHeader, RecordKind, Recovery,
+};
 
 use extents::{ExtentMap, Source};
 pub use progress::Progress;
@@ -258,7 +260,7 @@ impl Store {
 
     /// Attaches the log, queues what recovery found above the watermark, and starts the
     /// applier.
-    pub fn start(self: &Arc<Self>, log: Log, recovered: &[Found]) -> io::Result<()> {
+    pub fn start(self: &Arc<Self>, log: Log, recovered: &Recovery) -> io::Result<()> {
         self.attach(log, recovered);
         let me = Arc::clone(self);
         let h = std::thread::Builder::new()
@@ -272,7 +274,7 @@ impl Store {
 
     /// [`Store::start`] without the applier thread, for a deterministic simulation: it runs
     /// the applier one round at a time with [`Store::step`].
-    pub fn start_stepped(&self, log: Log, recovered: &[Found]) {
+    pub fn start_stepped(&self, log: Log, recovered: &Recovery) {
         self.attach(log, recovered);
         if let Ok(mut c) = self.stepped.lock() {
             *c = Some(self.cursor());
@@ -301,16 +303,38 @@ impl Store {
         self.deadline(g.as_ref()?)
     }
 
-    /// Attaches the log and queues what recovery found above the watermark.
-    fn attach(&self, log: Log, recovered: &[Found]) {
+    /// Attaches the log and queues what recovery found above the watermark, and the
+    /// numbers it voided as gaps to pass over: their void records may not be durable yet (a
+    /// full log writes them only once this store releases space), and applying must not wait
+    /// for them.
+    fn attach(&self, log: Log, recovered: &Recovery) {
         let _ = self.log.set(log);
+        let voids = recovered.voided.iter().map(|&seq| Durable {
+            header: RecordHeader {
+                kind: RecordKind::Void,
+                volume: 0,
+                length: 0,
+                seq,
+                timestamp_ns: 0,
+                offset: 0,
+                generation: 0,
+                back: LogAddr::NONE,
+                span: 0,
+                payload_len: 0,
+                payload_crc: 0,
+            },
+            addr: LogAddr::NONE,
+            payload: Bytes::new(),
+        });
         let durable: Vec<Durable> = recovered
+            .records
             .iter()
             .map(|f| Durable {
                 header: f.header,
                 addr: f.addr,
                 payload: Bytes::new(),
             })
+            .chain(voids)
             .collect();
         self.accept(&durable, false);
     }

@@ -60,7 +60,7 @@ impl Node {
             sink,
         )
         .unwrap();
-        store.start(log.clone(), &rec.records).unwrap();
+        store.start(log.clone(), &rec).unwrap();
         Node { log, store }
     }
 

@@ -66,7 +66,7 @@ fn open_with(
     )
     .unwrap();
     store.set_paused(paused);
-    store.start(log.clone(), &rec.records).unwrap();
+    store.start(log.clone(), &rec).unwrap();
     Node { log, store }
 }
 
