@@ -747,22 +747,29 @@ impl World {
             self.clock
                 .advance(next.saturating_sub(now).clamp(1, 10_000_000));
         }
-        let node = self.node()?;
+        let state = self.state()?;
         Err(self.fail(format!(
-            "{} appends never answered after a fault (log failed: {:?}, store failed: {:?}, \
-             {} of {} log segments in use)",
-            self.waiting.len(),
+            "{} appends never answered after a fault: {state}",
+            self.waiting.len()
+        )))
+    }
+
+    /// What the node is doing, for a report.
+    fn state(&self) -> Result<String, Failure> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let node = self.node()?;
+        let stats = node.log.stats();
+        Ok(format!(
+            "{} batches in flight, log failed: {:?}, store failed: {:?}, store synced to {}, \
+             log {} of {} segments in use, {} appends stalled",
+            node.sim.in_flight().len(),
             node.log.failure(),
             node.store.failure(),
-            node.log
-                .stats()
-                .segments_used
-                .load(std::sync::atomic::Ordering::Relaxed),
-            node.log
-                .stats()
-                .segments_total
-                .load(std::sync::atomic::Ordering::Relaxed),
-        )))
+            node.store.progress().applied_seq,
+            stats.segments_used.load(Relaxed),
+            stats.segments_total.load(Relaxed),
+            stats.stalled.load(Relaxed),
+        ))
     }
 
     /// Runs without new appends until every append is answered and the store has applied
@@ -794,25 +801,10 @@ impl World {
             let next = self.next_deadline_ns()?.unwrap_or(now + 1_000_000);
             self.clock.advance(next.saturating_sub(now).max(1));
         }
-        let node = self.node()?;
+        let state = self.state()?;
         Err(self.fail(format!(
-            "no progress while draining: {} appends unanswered, {} batches in flight, store \
-             synced to {} of {last}, log {} of {} segments in use, {} stalled",
-            self.waiting.len(),
-            node.sim.in_flight().len(),
-            node.store.progress().applied_seq,
-            node.log
-                .stats()
-                .segments_used
-                .load(std::sync::atomic::Ordering::Relaxed),
-            node.log
-                .stats()
-                .segments_total
-                .load(std::sync::atomic::Ordering::Relaxed),
-            node.log
-                .stats()
-                .stalled
-                .load(std::sync::atomic::Ordering::Relaxed),
+            "no progress while draining: {} appends unanswered, last record {last}: {state}",
+            self.waiting.len()
         )))
     }
 

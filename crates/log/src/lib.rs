@@ -264,13 +264,25 @@ impl Log {
         after_ts: u64,
         sink: Arc<dyn DurableSink>,
     ) -> Result<(Self, Recovery), LogError> {
+        Self::open_threaded(devices, cfg, log_id, (after_seq, after_ts), sink, true)
+    }
+
+    /// Opens with the device and timer threads and writes the voids.
+    fn open_threaded(
+        devices: Vec<Arc<dyn Disk>>,
+        cfg: LogConfig,
+        log_id: u128,
+        after: (u64, u64),
+        sink: Arc<dyn DurableSink>,
+        keep_records: bool,
+    ) -> Result<(Self, Recovery), LogError> {
         let (log, recovery, _) = Self::open_with(
             devices,
             cfg,
             log_id,
-            (after_seq, after_ts),
+            after,
             sink,
-            true,
+            keep_records,
             Runtime::Threads,
         )?;
         log.write_voids(&recovery.voided)?;
@@ -321,17 +333,7 @@ impl Log {
         after_ts: u64,
         sink: Arc<dyn DurableSink>,
     ) -> Result<(Self, Recovery), LogError> {
-        let (log, recovery, _) = Self::open_with(
-            devices,
-            cfg,
-            log_id,
-            (after_seq, after_ts),
-            sink,
-            false,
-            Runtime::Threads,
-        )?;
-        log.write_voids(&recovery.voided)?;
-        Ok((log, recovery))
+        Self::open_threaded(devices, cfg, log_id, (after_seq, after_ts), sink, false)
     }
 
     /// Hands every record above the watermark that recovery found (those of `plan`,
