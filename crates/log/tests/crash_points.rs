@@ -264,6 +264,17 @@ fn check_recovery(r: &Round, depth: u32, what: &str) {
             "{what}: acknowledged seq {seq} (tag {tag}) lost"
         );
     }
+    // One device, one batch at a time: batches are written and synced in sequence order, so
+    // an acknowledged record makes every record before it durable, and recovery voids only
+    // numbers above the last acknowledged one.
+    if r.crashed.len() == 1 && depth == 1 {
+        let last_acked = r.acked.keys().next_back().copied().unwrap_or(0);
+        let below: Vec<_> = rec.voided.iter().filter(|&&v| v < last_acked).collect();
+        assert!(
+            below.is_empty(),
+            "{what}: voided {below:?} below the last acknowledged seq {last_acked}"
+        );
+    }
     let mut all: Vec<u64> = seqs.iter().chain(&rec.voided).copied().collect();
     all.sort_unstable();
     assert_eq!(
