@@ -1,22 +1,23 @@
 //! The iSCSI front end: every volume is a target `iqn.2026-11.dev.mariner:<volume>` with the
 //! volume as LUN 0, CHAP and an initiator ACL from `[iscsi.targets.<volume>]`.
 //!
-//! Writes travel the same path as NBD writes ([`Volume::write_bytes`]): acknowledged once
-//! durable in the log. COMPARE AND WRITE and ORWRITE take the volume's writer lock
-//! exclusively, so they are atomic against NBD writers too. A write of up to
-//! [`Volume::max_io_bytes`] is one log record, hence atomic (WRITE ATOMIC(16)).
+//! The SCSI adapter beside the NBD one (`crate::nbd`): both reach the volume through its
+//! write path ([`WritePath`]) and only translate — blocks to bytes, [`VolumeError`] to SCSI
+//! errors. Writes are acknowledged once durable in the log. COMPARE AND WRITE and ORWRITE take
+//! the volume's writer lock exclusively, so they are atomic against NBD writers too. A write
+//! of up to [`Volume::max_io_bytes`] is one log record, hence atomic (WRITE ATOMIC(16)).
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use bytes::Bytes;
 use mariner_iscsi::{Chap, Target, Targets};
-use mariner_nbd::{ConnectionGuard, ExportError};
+use mariner_nbd::ConnectionGuard;
 use mariner_scsi::{BackendError, BlockBackend, CompareOutcome, Geometry, Lun, Provisioning};
 use mariner_store::Allocation;
 
 use crate::config::IscsiTargetConfig;
-use crate::volume::Volume;
+use crate::volume::{ReadPath, Volume, VolumeError, WritePath, Zeroing};
 use crate::Node;
 
 /// Every target's IQN is this prefix followed by the volume name.
@@ -101,17 +102,18 @@ impl Targets for VolumeTargets {
     }
 }
 
-fn read_error(e: ExportError) -> BackendError {
+fn read_error(e: VolumeError) -> BackendError {
     match e {
-        ExportError::ReadOnly => BackendError::ReadOnly,
+        VolumeError::ReadOnly => BackendError::ReadOnly,
         other => BackendError::Read(other.to_string()),
     }
 }
 
-fn write_error(e: ExportError) -> BackendError {
+fn write_error(e: VolumeError) -> BackendError {
     match e {
-        ExportError::ReadOnly => BackendError::ReadOnly,
-        ExportError::NoSpace => BackendError::NoSpace,
+        VolumeError::ReadOnly => BackendError::ReadOnly,
+        VolumeError::NoSpace => BackendError::NoSpace,
+        VolumeError::Failed(why) => BackendError::Write(why),
         other => BackendError::Write(other.to_string()),
     }
 }
@@ -151,27 +153,26 @@ impl BlockBackend for Volume {
 
     async fn read(&self, lba: u64, blocks: u32) -> Result<Vec<u8>, BackendError> {
         let bs = u64::from(BlockBackend::block_size(self));
-        self.read_bytes(lba * bs, u64::from(blocks) * bs)
+        ReadPath::read(self, lba * bs, u64::from(blocks) * bs)
             .await
             .map_err(read_error)
     }
 
     async fn write(&self, lba: u64, data: Bytes) -> Result<(), BackendError> {
         let bs = u64::from(BlockBackend::block_size(self));
-        self.write_bytes(lba * bs, data).await.map_err(write_error)
+        WritePath::write(self, lba * bs, data)
+            .await
+            .map_err(write_error)
     }
 
     async fn flush(&self) -> Result<(), BackendError> {
         // Every completed write is durable in the log already.
-        match self.failure() {
-            Some(why) => Err(BackendError::Write(why)),
-            None => Ok(()),
-        }
+        ReadPath::flush(self).map_err(write_error)
     }
 
     async fn unmap(&self, lba: u64, blocks: u64) -> Result<(), BackendError> {
         let bs = u64::from(BlockBackend::block_size(self));
-        self.trim_bytes(lba * bs, blocks * bs)
+        self.zero(lba * bs, blocks * bs, Zeroing::Trim)
             .await
             .map_err(write_error)
     }
@@ -183,10 +184,10 @@ impl BlockBackend for Volume {
         data: &[u8],
     ) -> Result<CompareOutcome, BackendError> {
         let bs = u64::from(BlockBackend::block_size(self));
-        let outcome =
-            Volume::compare_and_write(self, lba * bs, expected, Bytes::copy_from_slice(data))
-                .await
-                .map_err(write_error)?;
+        let data = Bytes::copy_from_slice(data);
+        let outcome = WritePath::compare_and_write(self, lba * bs, expected, data)
+            .await
+            .map_err(write_error)?;
         Ok(match outcome {
             None => CompareOutcome::Written,
             Some(offset) => CompareOutcome::Mismatch { offset },
@@ -195,15 +196,14 @@ impl BlockBackend for Volume {
 
     async fn or_write(&self, lba: u64, data: &[u8]) -> Result<(), BackendError> {
         let bs = u64::from(BlockBackend::block_size(self));
-        Volume::or_write(self, lba * bs, data)
+        WritePath::or_write(self, lba * bs, data)
             .await
             .map_err(write_error)
     }
 
     async fn lba_status(&self, lba: u64) -> Result<(Provisioning, u64), BackendError> {
         let bs = u64::from(BlockBackend::block_size(self));
-        let runs = self
-            .allocation(lba * bs, LBA_STATUS_SPAN_BYTES)
+        let runs = ReadPath::allocation(self, lba * bs, LBA_STATUS_SPAN_BYTES)
             .await
             .map_err(read_error)?;
         let state = |a: Allocation| match a {

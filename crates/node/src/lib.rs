@@ -14,6 +14,7 @@ mod initialise;
 pub mod iscsi;
 pub mod logdevices;
 pub mod metrics;
+pub mod nbd;
 mod node;
 pub mod reservations;
 pub mod serve;

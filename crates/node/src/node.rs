@@ -469,7 +469,7 @@ impl Exports for Node {
             .read()
             .map(|v| v.values().cloned().collect())
             .unwrap_or_default();
-        vols.iter().map(|v| v.info()).collect()
+        vols.iter().map(|v| crate::nbd::export_info(&**v)).collect()
     }
 
     fn default_name(&self) -> Option<String> {
@@ -481,7 +481,8 @@ impl Exports for Node {
     }
 
     fn open(&self, name: &str) -> Option<Arc<dyn Export>> {
-        self.volume(name).map(|v| v as Arc<dyn Export>)
+        self.volume(name)
+            .map(|v| Arc::new(crate::nbd::NbdExport(v)) as Arc<dyn Export>)
     }
 
     fn connection_opened(&self, name: &str) {

@@ -11,12 +11,18 @@ use std::sync::Arc;
 use bytes::Bytes;
 use bytesize::ByteSize;
 use mariner_nbd::{Export, ExportError};
+use mariner_node::nbd::NbdExport;
 use mariner_node::volume::Volume;
 use mariner_node::{Config, Node};
 use mariner_scsi::BlockBackend;
 
 const VOLUME_BYTES: u64 = 4 << 20;
 const BLOCK: u64 = 512;
+
+/// The volume as NBD serves it.
+fn nbd(vol: &Arc<Volume>) -> NbdExport<Volume> {
+    NbdExport(Arc::clone(vol))
+}
 
 fn open(dir: &Path) -> (Arc<Node>, Arc<Volume>) {
     let mut cfg = Config {
@@ -43,16 +49,16 @@ fn pattern(seed: u64, len: usize) -> Vec<u8> {
         .collect()
 }
 
-async fn write(vol: &Volume, model: &mut [u8], offset: u64, data: Vec<u8>) {
+async fn write(vol: &Arc<Volume>, model: &mut [u8], offset: u64, data: Vec<u8>) {
     let at = offset as usize;
     model[at..at + data.len()].copy_from_slice(&data);
-    Export::write(vol, offset, Bytes::from(data), false)
+    Export::write(&nbd(vol), offset, Bytes::from(data), false)
         .await
         .unwrap_or_else(|e| panic!("write at {offset}: {e}"));
 }
 
-async fn read(vol: &Volume, offset: u64, len: u32) -> Vec<u8> {
-    let data = Export::read(vol, offset, len)
+async fn read(vol: &Arc<Volume>, offset: u64, len: u32) -> Vec<u8> {
+    let data = Export::read(&nbd(vol), offset, len)
         .await
         .unwrap_or_else(|e| panic!("read of {len} bytes at {offset}: {e}"));
     assert_eq!(data.len(), len as usize, "read of {len} bytes at {offset}");
@@ -60,7 +66,7 @@ async fn read(vol: &Volume, offset: u64, len: u32) -> Vec<u8> {
 }
 
 /// Reads the whole volume in odd-sized pieces at odd offsets and compares with `model`.
-async fn assert_matches(vol: &Volume, model: &[u8], when: &str) {
+async fn assert_matches(vol: &Arc<Volume>, model: &[u8], when: &str) {
     let mut at = 0u64;
     let mut piece = 1u64;
     while at < VOLUME_BYTES {
@@ -83,18 +89,18 @@ async fn assert_matches(vol: &Volume, model: &[u8], when: &str) {
 }
 
 /// Partial-block requests past the end are refused and change nothing.
-async fn assert_range_checked(vol: &Volume) {
+async fn assert_range_checked(vol: &Arc<Volume>) {
     let end = VOLUME_BYTES;
     let short = Bytes::from(vec![1u8; 10]);
-    let past = Export::write(vol, end - 5, short, false).await;
+    let past = Export::write(&nbd(vol), end - 5, short, false).await;
     assert_eq!(past, Err(ExportError::OutOfRange), "write across the end");
-    let past = Export::read(vol, end - 5, 10).await;
+    let past = Export::read(&nbd(vol), end - 5, 10).await;
     assert_eq!(
         past.err(),
         Some(ExportError::OutOfRange),
         "read across the end"
     );
-    let past = Export::write_zeroes(vol, end - 5, 10, false, true).await;
+    let past = Export::write_zeroes(&nbd(vol), end - 5, 10, false, true).await;
     assert_eq!(past, Err(ExportError::OutOfRange), "zeroes across the end");
 }
 
@@ -102,7 +108,7 @@ async fn assert_range_checked(vol: &Volume) {
 async fn partial_block_reads_and_writes_match_a_model_and_survive_a_reopen() {
     let dir = tempfile::tempdir().unwrap();
     let (node, vol) = open(dir.path());
-    assert_eq!(vol.info().block_size_min, 1, "byte-granular requests");
+    assert_eq!(nbd(&vol).info().block_size_min, 1, "byte-granular requests");
     let mut model = vec![0u8; VOLUME_BYTES as usize];
     let writes: &[(u64, usize)] = &[
         (300, 256),                          // inside one block
@@ -174,9 +180,9 @@ async fn zeroing_partial_blocks_zeroes_exactly_those_bytes() {
     ];
     for &(offset, len, trim) in zeroes {
         let r = if trim {
-            Export::trim(&*vol, offset, len, false).await
+            Export::trim(&nbd(&vol), offset, len, false).await
         } else {
-            Export::write_zeroes(&*vol, offset, len, false, true).await
+            Export::write_zeroes(&nbd(&vol), offset, len, false, true).await
         };
         r.unwrap_or_else(|e| panic!("zeroing {len} bytes at {offset} (trim {trim}): {e}"));
         model[offset as usize..(offset + u64::from(len)) as usize].fill(0);
@@ -224,7 +230,7 @@ async fn a_partial_write_racing_a_whole_block_iscsi_write_loses_neither() {
         let (v1, v2) = (Arc::clone(&vol), Arc::clone(&vol));
         let (p, w) = (part.clone(), whole.clone());
         let partial = tokio::spawn(async move {
-            Export::write(&*v1, offset + at as u64, Bytes::from(p), false).await
+            Export::write(&nbd(&v1), offset + at as u64, Bytes::from(p), false).await
         });
         let aligned =
             tokio::spawn(async move { BlockBackend::write(&*v2, block, Bytes::from(w)).await });
@@ -261,12 +267,12 @@ async fn concurrent_partial_writes_of_one_block_all_land() {
             if k == 5 {
                 model[offset as usize..offset as usize + 60].fill(0);
                 tasks.push(tokio::spawn(async move {
-                    Export::write_zeroes(&*v, offset, 60, false, true).await
+                    Export::write_zeroes(&nbd(&v), offset, 60, false, true).await
                 }));
             } else {
                 model[offset as usize..offset as usize + 60].copy_from_slice(&data);
                 tasks.push(tokio::spawn(async move {
-                    Export::write(&*v, offset, Bytes::from(data), false).await
+                    Export::write(&nbd(&v), offset, Bytes::from(data), false).await
                 }));
             }
         }
