@@ -28,12 +28,15 @@
 # with a defect: it does not count towards the targets.
 #
 # Usage: bench/iscsi-compare.sh [ROUNDS] [PERCENT]   (5 rounds; PERCENT scales the counts, 100)
-#   env: LOG_MIB=256 TGT_PORT=3261 TGT_CTL=7391 SCRATCH=... RESULTS=<checkout>/bench/results
-# Time: about a minute per round at the defaults on this machine.
+#   env: LOG_MIB=256 QEMU_IMG_TIMEOUT=900 TGT_PORT=3261 TGT_CTL=7391 SCRATCH=...
+#        RESULTS=<checkout>/bench/results
+# Time: 1–3 minutes per round at the defaults on this machine (tgtd's 196,608 depth-32 writes
+# take 10–35 s); every qemu-img is killed after QEMU_IMG_TIMEOUT seconds (900), failing the run.
 . "$(dirname "$0")/lib.sh"
 case ${1:-} in -h|--help) sed -n '2,/^\. /p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;; esac
 ROUNDS=${1:-5}; PERCENT=${2:-100}
 LOG_MIB=${LOG_MIB:-256}
+QEMU_IMG_TIMEOUT=${QEMU_IMG_TIMEOUT:-900}
 RESULTS=${RESULTS:-$ROOT/bench/results}
 for t in qemu-img tgtd tgtadm curl; do
   command -v "$t" >/dev/null || { echo "$t missing (apt-get install qemu-utils qemu-block-extra tgt curl)" >&2; exit 1; }
@@ -51,12 +54,14 @@ STAMP=$(date -u +%Y%m%d-%H%M%S)
 SAMPLES=$SCRATCH/iscsi-compare-$STAMP.tsv
 : >"$SAMPLES"
 LOAD_BEFORE=$(loadavg)
+# The code measured: the commit at the start, "+dirty" if crates/ or bench/ differ from it.
+COMMIT=$(git -C "$ROOT" rev-parse --short HEAD)$(git -C "$ROOT" diff --quiet HEAD -- crates bench || echo +dirty)
 TPID=""
 MPID=""
 cleanup() {
   if [ -n "$TPID" ]; then tgt_stop; fi
   if [ -n "$MPID" ]; then stop_mariner; MPID=""; fi
-  rm -rf "$SCRATCH/ic-m" "$SCRATCH/tgt.img"
+  rm -rf "$SCRATCH/ic-m" "$SCRATCH/tgt.img" "$SAMPLES"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -65,7 +70,7 @@ trap 'exit 130' INT TERM
 bench() {
   local url=$1 count=$2 depth=$3; shift 3
   local out secs
-  out=$(qemu-img bench -f raw -c "$count" -d "$depth" -s 4096 -S "$STEP" "$@" "$url" 2>&1) || true
+  out=$(timeout "$QEMU_IMG_TIMEOUT" qemu-img bench -f raw -c "$count" -d "$depth" -s 4096 -S "$STEP" "$@" "$url" 2>&1) || true
   secs=$(echo "$out" | sed -n 's/^Run completed in \([0-9.]*\) seconds.*/\1/p')
   [ -n "$secs" ] || { echo "qemu-img bench $url failed: $(echo "$out" | tail -3)" >&2; return 1; }
   echo "$secs"
@@ -99,7 +104,8 @@ measure() {
   local r=$1 peer=$2 url=$3 pid=$4 secs c0 c1 hz wb
   hz=$(getconf CLK_TCK)
   # 1. untimed: the whole image written once, then durable in place and the server idle.
-  qemu-img bench -f raw -c $((SIZE >> 20)) -d 8 -s 1M -w --pattern=0x33 "$url" >/dev/null 2>&1
+  timeout "$QEMU_IMG_TIMEOUT" qemu-img bench -f raw -c $((SIZE >> 20)) -d 8 -s 1M -w --pattern=0x33 "$url" >/dev/null 2>&1 ||
+    { echo "prefill of $url failed" >&2; return 1; }
   written_back "$peer" >/dev/null; settle "$pid"
   # 2. depth 1
   secs=$(bench "$url" "$W1" 1 -w --pattern=0x5a)
@@ -172,11 +178,10 @@ LOAD_AFTER=$(loadavg)
 defects=()
 [ "$W32" -ge "$W32_FULL" ] || defects+=("defect=the depth-32 phase wrote $W32 × 4 KiB, less than 3× the ${LOG_MIB} MiB log (PERCENT=$PERCENT)")
 python3 "$ROOT/bench/results.py" record iscsi-compare "$SAMPLES" "$RESULTS/iscsi-compare-$STAMP.json" \
-  "started=$STARTED" "commit=$(git -C "$ROOT" rev-parse --short HEAD)$(git -C "$ROOT" diff --quiet HEAD -- crates bench || echo +dirty)" \
+  "started=$STARTED" "commit=$COMMIT" \
   "command=bench/iscsi-compare.sh $ROUNDS $PERCENT (LOG_MIB=$LOG_MIB)" "rounds=$ROUNDS" \
   "load_before=$LOAD_BEFORE" "load_after=$LOAD_AFTER" \
   "setup=qemu-img bench $(qemu-img --version | head -1 | awk '{print $3}'), tgt $(dpkg-query -W -f='${Version}' tgt 2>/dev/null || echo '?'); per round and peer: 1 GiB sequential prefill (untimed, then written back), $W1 writes at depth 1, $W32 writes at depth 32 ($(python3 -c "print('%.1f' % ($W32*4096/($LOG_MIB<<20)))")× the ${LOG_MIB} MiB log), $R32 reads at depth 32; step $STEP B over a 1 GiB image" \
   "working_set=the whole 1 GiB image for every peer, fully written before the timed work" \
   "cache=warm for every peer (the prefill leaves the image in the page cache; nothing dropped)" \
   "${defects[@]}"
-rm -f "$SAMPLES"

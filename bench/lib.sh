@@ -83,10 +83,11 @@ wait_written_back() {
 }
 
 # fio_stats FIO-ARGS...: runs fio, prints "iops mean_us p50_us p99_us ios runtime_s" of the
-# job's reads or writes (whichever moved data). Fails if fio fails.
+# job's reads or writes (whichever moved data). Fails if fio fails or runs past FIO_TIMEOUT
+# seconds (600).
 fio_stats() {
   local out
-  out=$(fio "$@" --output-format=json 2>&1) || { echo "fio $*: $out" | tail -5 >&2; return 1; }
+  out=$(timeout "${FIO_TIMEOUT:-600}" fio "$@" --output-format=json 2>&1) || { echo "fio $*: $out" | tail -5 >&2; return 1; }
   echo "$out" | sed -n '/^{/,$p' | python3 -c '
 import json,sys
 j=json.load(sys.stdin)["jobs"][0]

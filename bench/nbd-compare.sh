@@ -20,9 +20,11 @@
 # tables of docs/benchmarks.md are rendered from it by `bench/results.py render`), and stdout.
 #
 # Usage: bench/nbd-compare.sh [ROUNDS] [SECONDS]      (5 rounds, 5 s per workload)
-#   env: WS_MIB=1024 NBDKIT_PORT=10899 SCRATCH=<checkout>/target/bench-scratch
+#   env: WS_MIB=1024 FIO_TIMEOUT=600 NBDKIT_PORT=10899 SCRATCH=<checkout>/target/bench-scratch
 #        RESULTS=<checkout>/bench/results
-# Time: about (6 × SECONDS + 30 s) per peer and round: ~13 minutes at the defaults.
+# Time: about (6 × SECONDS + 30 s) per peer and round: ~13 minutes at the defaults; each fio is
+# killed after FIO_TIMEOUT seconds (600), and Mariner's write-back waited for at most 120 s,
+# failing the run.
 . "$(dirname "$0")/lib.sh"
 case ${1:-} in -h|--help) sed -n '2,/^\. /p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;; esac
 ROUNDS=${1:-5}; SECS=${2:-5}; WS_MIB=${WS_MIB:-1024}
@@ -39,11 +41,13 @@ STAMP=$(date -u +%Y%m%d-%H%M%S)
 SAMPLES=$SCRATCH/nbd-compare-$STAMP.tsv
 : >"$SAMPLES"
 LOAD_BEFORE=$(loadavg)
+# The code measured: the commit at the start, "+dirty" if crates/ or bench/ differ from it.
+COMMIT=$(git -C "$ROOT" rev-parse --short HEAD)$(git -C "$ROOT" diff --quiet HEAD -- crates bench || echo +dirty)
 MPID=""; NPID=""
 cleanup() {
   [ -n "$MPID" ] && { stop_mariner; MPID=""; }
   if [ -n "$NPID" ]; then kill "$NPID" 2>/dev/null || true; wait "$NPID" 2>/dev/null || true; NPID=""; fi
-  rm -rf "$SCRATCH/nc-m" "$SCRATCH/nc-nbdkit.img" "$SCRATCH/nc-raw.img"
+  rm -rf "$SCRATCH/nc-m" "$SCRATCH/nc-nbdkit.img" "$SCRATCH/nc-raw.img" "$SAMPLES"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -106,7 +110,7 @@ one_peer() {
   t=$(target "$p")
   common="--name=b --size=${WS_MIB}M --bs=4k --runtime=$SECS --time_based"
   # 1. fill the working set, durable in place
-  fio --name=fill $t --size="${WS_MIB}M" --rw=write --bs=1M --iodepth=8 --output-format=terse >/dev/null
+  timeout "${FIO_TIMEOUT:-600}" fio --name=fill $t --size="${WS_MIB}M" --rw=write --bs=1M --iodepth=8 --output-format=terse >/dev/null
   durable_in_place "$p" >/dev/null
   # 2. durable random writes
   if [ "$p" = raw ]; then
@@ -122,7 +126,7 @@ one_peer() {
   fi
   wb=$(durable_in_place "$p"); put "$r" "$p" randwrite-qd32 "$out" "$wb"
   # 3. warm reads: read the working set once, then random reads
-  fio --name=warm $t --size="${WS_MIB}M" --rw=read --bs=1M --iodepth=8 --output-format=terse >/dev/null
+  timeout "${FIO_TIMEOUT:-600}" fio --name=warm $t --size="${WS_MIB}M" --rw=read --bs=1M --iodepth=8 --output-format=terse >/dev/null
   for d in 1 32; do
     if [ "$p" = raw ]; then
       if [ $d = 1 ]; then eng=psync; else eng=io_uring; fi
@@ -156,10 +160,9 @@ done
 LOAD_AFTER=$(loadavg)
 
 python3 "$ROOT/bench/results.py" record nbd-compare "$SAMPLES" "$RESULTS/nbd-compare-$STAMP.json" \
-  "started=$STARTED" "commit=$(git -C "$ROOT" rev-parse --short HEAD)$(git -C "$ROOT" diff --quiet HEAD -- crates bench || echo +dirty)" \
+  "started=$STARTED" "commit=$COMMIT" \
   "command=bench/nbd-compare.sh $ROUNDS $SECS (WS_MIB=$WS_MIB)" "rounds=$ROUNDS" \
   "load_before=$LOAD_BEFORE" "load_after=$LOAD_AFTER" \
   "setup=fio $(fio --version | sed 's/fio-//'), $(nbdkit --version), $SECS s per workload; every peer on a new sparse file (Mariner: new data dir, default 256 MiB log) filled once through the peer and made durable in place (Mariner: written back) before the timed work" \
   "working_set=${WS_MIB} MiB for every peer" \
   "cache=warm = the working set read once sequentially through the peer first; cache dropped = sync; echo 3 > /proc/sys/vm/drop_caches before each; raw reads buffered (psync at depth 1, io_uring at 32), like the servers' preads"
-rm -f "$SAMPLES"

@@ -212,6 +212,44 @@ def markdown(doc):
     return "\n".join(lines)
 
 
+def markdown_index(doc):
+    """bench/index-compare.sh's result file: one run of each engine, no rounds."""
+    lines = [f"**Run {doc['run']}** (result file `bench/results/{doc['file']}`)", "",
+             f"Parameters: {doc['params']}", "",
+             "| engine | insert ops/s | insert: queued blocks, commit s | insert ops/s with the commit "
+             "| update ops/s | update: queued blocks, commit s | update ops/s with the commit "
+             "| point p50 / p99 µs | reopen s |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    rates = {}
+    for e, r in doc["engines"].items():
+        run, reopen = r.get("run"), r.get("reopen")
+        if not run:
+            lines.append(f"| {e} | failed | | | | | | | |")
+            continue
+        row = [e]
+        for ph in ("insert", "update"):
+            p = run[ph]
+            with_commit = p.get("ops_per_s_committed", p["ops_per_s"])
+            rates[(e, ph)] = with_commit
+            row.append(f"{p['ops_per_s']:,.0f}")
+            if p.get("commit_s") is None:
+                row += ["– (nothing queued)", f"{p['ops_per_s']:,.0f}"]
+            else:
+                row += [f"{p['queued_blocks']:,}, {p['commit_s']:.2f}", f"{with_commit:,.0f}"]
+        row.append(f"{run['point']['p50_us']:.0f} / {run['point']['p99_us']:.0f}")
+        row.append(f"{reopen['reopen_s']:.2f}" if reopen else "–")
+        lines.append("| " + " | ".join(row) + " |")
+    lines.append("")
+    for a, b in (("bosc-btree", "redb"), ("bosc-btree", "fjall"), ("bosc-hash", "plain-hash")):
+        if (a, "insert") in rates and (b, "insert") in rates:
+            lines.append(f"- {a} ÷ {b}, rates with the commit paid: inserts "
+                         f"{rates[(a, 'insert')] / rates[(b, 'insert')]:.2f}×, updates "
+                         f"{rates[(a, 'update')] / rates[(b, 'update')]:.2f}×")
+    if doc.get("note"):
+        lines += ["", doc["note"]]
+    return "\n".join(lines)
+
+
 def record(script, samples_path, out_path, pairs):
     if script not in SPECS:
         sys.exit(f"unknown script {script}")
@@ -237,6 +275,8 @@ def load(path):
     with open(path) as f:
         doc = json.load(f)
     doc["file"] = os.path.basename(path)
+    if doc["script"] not in SPECS:
+        return doc
     # Recomputed, so a change of the targets or the table applies to every stored run.
     doc["medians"] = medians(doc)
     doc["verdicts"] = verdicts(doc)
@@ -250,7 +290,8 @@ def render(doc_path):
     def block(m):
         script = m.group(2)
         files = sorted(glob.glob(os.path.join(HERE, "results", f"{script}-*.json")), reverse=True)
-        parts = [markdown(load(f)) for f in files if script in SPECS]
+        show = markdown if script in SPECS else markdown_index
+        parts = [show(load(f)) for f in files]
         body = "\n\n".join(parts) if parts else f"(no result files bench/results/{script}-*.json)"
         return (m.group(1) + "<!-- written by bench/results.py render from bench/results/; "
                 "do not edit by hand -->\n\n" + body + "\n\n" + m.group(4))
@@ -268,7 +309,8 @@ def main(argv):
     if len(argv) >= 5 and argv[1] == "record":
         record(argv[2], argv[3], argv[4], argv[5:])
     elif len(argv) == 3 and argv[1] == "show":
-        print(markdown(load(argv[2])))
+        doc = load(argv[2])
+        print(markdown(doc) if doc["script"] in SPECS else markdown_index(doc))
     elif len(argv) in (2, 3) and argv[1] == "render":
         render(argv[2] if len(argv) == 3 else os.path.join(HERE, "..", "docs", "benchmarks.md"))
     else:
