@@ -9,7 +9,8 @@
 #      through the peer, then made durable in place (Mariner: until its images hold every
 #      record, i.e. written back; nbdkit and raw: fsync);
 #   2. 4 KiB random writes over the working set, depth 1 and depth 32 (raw: psync + fdatasync at
-#      depth 1, libaio O_DIRECT|O_DSYNC at 32). After each, Mariner's time until written back
+#      depth 1 — its latency is the write plus its fdatasync, percentiles summed —, libaio
+#      O_DIRECT|O_DSYNC at 32). After each, Mariner's time until written back
 #      is measured ("write-back after") and the rate including it reported too;
 #   3. warm reads: the whole working set read once sequentially through the peer, then 4 KiB
 #      random reads at depth 1 and 32 (raw: buffered, psync at 1 and io_uring at 32 — through
