@@ -11,6 +11,8 @@
   results.py render [DOC.md]          rewrites every block of DOC.md (docs/benchmarks.md) between
       "<!-- generated: SCRIPT -->" and "<!-- end generated -->" from bench/results/SCRIPT-*.json,
       newest first, so no table there is copied by hand.
+  results.py check [DOC.md]           fails if rendering would change DOC.md (a generated
+      table edited by hand, or a result file not rendered yet).
 """
 import glob
 import json
@@ -283,7 +285,7 @@ def load(path):
     return doc
 
 
-def render(doc_path):
+def render(doc_path, check=False):
     text = open(doc_path).read()
     pat = re.compile(r"(<!-- generated: ([a-z-]+) -->\n)(.*?)(<!-- end generated -->)", re.S)
 
@@ -297,6 +299,12 @@ def render(doc_path):
                 "do not edit by hand -->\n\n" + body + "\n\n" + m.group(4))
 
     new, n = pat.subn(block, text)
+    if check:
+        if new != text:
+            sys.exit(f"{doc_path}: a generated block differs from bench/results/ "
+                     "(edited by hand, or not rendered since a run): run bench/results.py render")
+        print(f"{doc_path}: {n} generated blocks match bench/results/")
+        return
     with open(doc_path, "w") as f:
         f.write(new)
     print(f"{doc_path}: {n} generated blocks rewritten")
@@ -311,8 +319,9 @@ def main(argv):
     elif len(argv) == 3 and argv[1] == "show":
         doc = load(argv[2])
         print(markdown(doc) if doc["script"] in SPECS else markdown_index(doc))
-    elif len(argv) in (2, 3) and argv[1] == "render":
-        render(argv[2] if len(argv) == 3 else os.path.join(HERE, "..", "docs", "benchmarks.md"))
+    elif len(argv) in (2, 3) and argv[1] in ("render", "check"):
+        doc = argv[2] if len(argv) == 3 else os.path.join(HERE, "..", "docs", "benchmarks.md")
+        render(doc, check=argv[1] == "check")
     else:
         sys.exit(__doc__)
 
