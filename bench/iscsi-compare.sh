@@ -61,7 +61,7 @@ MPID=""
 cleanup() {
   if [ -n "$TPID" ]; then tgt_stop; fi
   if [ -n "$MPID" ]; then stop_mariner; MPID=""; fi
-  rm -rf "$SCRATCH/ic-m" "$SCRATCH/tgt.img" "$SAMPLES"
+  rm -rf "$SCRATCH/ic-m" "$SCRATCH/tgt.img" "$SCRATCH/tgtd.log" "$SAMPLES"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
