@@ -12,15 +12,22 @@
 # recovers its queues from its log: the run ended without committing them) under the same
 # limit; if that is OOM-killed it is retried under REOPEN_LIMIT and marked.
 #
+# A timed phase can end with BOSC's queues full of work the others did in the phase. With
+# COMMIT_QUEUED=1 (the default) each timed write phase of BOSC ends with a timed commit of
+# everything queued (`--commit-queued`), reported beside the rate ("commit s", and the rate
+# with the commit paid). The reopen then finds nothing to requeue; COMMIT_QUEUED=0 for the
+# crash-case reopen of full queues.
+#
 # Usage: bench/index-compare.sh            (environment overrides below; ~20 min on 2 cores)
 #   BUDGET_MIB=32 SLACK_MIB=64 PRELOAD=12000000 OPS=1000000000 WINDOW=60 SYNC_EVERY=1000
 #   QUERIES=2000 RANGE_LEN=100 SEED=1 RUN_KIB=256 BLOCK_BYTES=4096 BTREE_BLOCK_BYTES=8192
-#   LOG_PARTS=1 ENGINES="bosc-btree redb fjall bosc-hash plain-hash"
+#   LOG_PARTS=1 COMMIT_QUEUED=1 ENGINES="bosc-btree redb fjall bosc-hash plain-hash"
 #   SCRATCH=/var/tmp/mariner-index-bench IN_MEMCG=<checkout>/../shared/tools/in-memcg
 #   LIMIT_MIB_fjall=256 (per-engine cgroup limit, '-' as '_': for an engine that cannot run at
 #   BUDGET + SLACK at all; the table marks it)
-# Results: target/index-bench/<time>/ (one JSON line per process, in-memcg's peak per run) and
-# the table on stdout.
+# Results: target/index-bench/<time>/ (one JSON line per process, in-memcg's peak per run), the
+# table on stdout, and bench/results/index-compare-<time>.json (all of it in one file, for
+# bench/render.py, which writes the tables of docs/benchmarks.md).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 IN_MEMCG=${IN_MEMCG:-$ROOT/../shared/tools/in-memcg}
@@ -48,11 +55,13 @@ BLOCK_BYTES=${BLOCK_BYTES:-4096}
 BTREE_BLOCK_BYTES=${BTREE_BLOCK_BYTES:-8192}
 # Parts each B+tree batch is logged in (BPlusTree::set_log_parts); 1 = one log write a batch.
 LOG_PARTS=${LOG_PARTS:-1}
+COMMIT_QUEUED=${COMMIT_QUEUED:-1}
 ENGINES=${ENGINES:-"bosc-btree redb fjall bosc-hash plain-hash"}
 SCRATCH=${SCRATCH:-/var/tmp/mariner-index-bench}
 REOPEN_LIMIT=${REOPEN_LIMIT:-1G}
 LIMIT_MIB=$((BUDGET_MIB + SLACK_MIB))
 
+case ${1:-} in -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;; esac
 [ -x "$IN_MEMCG" ] || {
   echo "in-memcg not found at $IN_MEMCG (set IN_MEMCG=/path/to/shared/tools/in-memcg)" >&2
   exit 2
@@ -71,7 +80,7 @@ OUT=$ROOT/target/index-bench/$(date +%Y%m%d-%H%M%S)
 mkdir -p "$OUT"
 echo "budget ${BUDGET_MIB} MiB, cgroup limit ${LIMIT_MIB} MiB, preload $PRELOAD, window ${WINDOW}s (ops <= $OPS)," \
      "durable every $SYNC_EVERY, $QUERIES queries, BOSC run $RUN_KIB KiB, blocks $BLOCK_BYTES B (B+tree $BTREE_BLOCK_BYTES B," \
-     "$LOG_PARTS log parts), scratch $SCRATCH ($fstype)," \
+     "$LOG_PARTS log parts), commit queued $COMMIT_QUEUED, scratch $SCRATCH ($fstype)," \
      "load $(cut -d' ' -f1-3 /proc/loadavg)" |
   tee "$OUT/params.txt"
 
@@ -85,6 +94,7 @@ for e in $ENGINES; do
   case $e in *hash) [ "$ops" -le $HASH_MAX_OPS ] || ops=$HASH_MAX_OPS ;; esac
   block=$BLOCK_BYTES; extra=()
   [ "$e" = bosc-btree ] && { block=$BTREE_BLOCK_BYTES; extra=(--log-parts "$LOG_PARTS"); }
+  [ "$COMMIT_QUEUED" = 1 ] && extra+=(--commit-queued)
   max_run=$((RUN_KIB * 1024 / block)); [ $max_run -ge 1 ] || max_run=1
   args=(--engine "$e" --dir "$dir" --budget "${BUDGET_MIB}MiB" --preload-entries "$PRELOAD"
         --ops "$ops" --window-secs "$WINDOW" --sync-every "$SYNC_EVERY" --queries "$QUERIES"
@@ -125,12 +135,16 @@ def cg_peak(path):
         return m.group(1) if m else "?"
     except OSError:
         return "?"
+def committed(p):
+    if p.get("commit_s") is None:
+        return "-"
+    return f'{p["commit_s"]:.2f} ({p["queued_blocks"]} blocks; {p["ops_per_s_committed"]:.0f} ops/s with it)'
 rows, res = [], {}
 for e in engines:
     r = load(f"{out}/{e}.json"); o = load(f"{out}/{e}.reopen.json")
     res[e] = r
     if r is None:
-        rows.append([e, "failed"] + [""] * 9); continue
+        rows.append([e, "failed"] + [""] * 11); continue
     rng = r.get("range")
     reopen = "-"
     if o:
@@ -143,7 +157,9 @@ for e in engines:
         f'{r["bulk_load_s"]:.1f}',
         f'{r["index_disk_bytes"]/2**20:.0f} ({r["index_disk_bytes"]/r["budget_bytes"]:.1f}x)',
         f'{r["insert"]["ops_per_s"]:.0f}',
+        committed(r["insert"]),
         f'{r["update"]["ops_per_s"]:.0f}',
+        committed(r["update"]),
         f'{r["point"]["p50_us"]:.0f} / {r["point"]["p99_us"]:.0f}',
         f'{rng["p50_us"]:.0f} / {rng["p99_us"]:.0f}' if rng else "-",
         f'{r["peak_rss_bytes"]/2**20:.0f}',
@@ -151,7 +167,8 @@ for e in engines:
                                      if os.path.exists(f"{out}/{e}.limit") else ""),
         reopen,
     ])
-hdr = ["engine", "bulk load s", "index MiB (x budget)", "insert ops/s", "update ops/s",
+hdr = ["engine", "bulk load s", "index MiB (x budget)", "insert ops/s", "insert: commit s",
+       "update ops/s", "update: commit s",
        "point p50/p99 us", "range p50/p99 us", "peak RSS MiB", "cgroup peak", "reopen s"]
 print("| " + " | ".join(hdr) + " |")
 print("|" + "---|" * len(hdr))
@@ -168,5 +185,24 @@ for a, b in [("bosc-btree", "redb"), ("bosc-btree", "fjall"), ("bosc-hash", "pla
 if res.get("bosc-btree") and res.get("fjall"):
     b, f = res["bosc-btree"]["point"], res["fjall"]["point"]
     print(f"point query bosc-btree / fjall: p50 {b['p50_us'] / f['p50_us']:.2f}x, p99 {b['p99_us'] / f['p99_us']:.2f}x (lower is faster)")
+EOF
+mkdir -p "$ROOT/bench/results"
+python3 - "$OUT" "$ROOT/bench/results/index-compare-$(basename "$OUT").json" $ENGINES <<'EOF'
+import json, sys
+out, dest, engines = sys.argv[1], sys.argv[2], sys.argv[3:]
+def load(path):
+    try:
+        with open(path) as f:
+            return json.loads(f.read().strip().splitlines()[-1])
+    except Exception:
+        return None
+doc = {"script": "index-compare", "run": out.rsplit("/", 1)[-1],
+       "params": open(f"{out}/params.txt").read().strip(),
+       "commands": open(f"{out}/commands.txt").read().strip().splitlines(),
+       "engines": {e: {"run": load(f"{out}/{e}.json"), "reopen": load(f"{out}/{e}.reopen.json")}
+                   for e in engines}}
+with open(dest, "w") as f:
+    json.dump(doc, f, indent=1)
+print("result file", dest)
 EOF
 echo "results in $OUT"

@@ -39,3 +39,67 @@ print("%.0f %.1f %.1f" % (d["iops"], d["clat_ns"]["mean"]/1000, d["clat_ns"]["pe
 }
 
 median() { sort -n | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
+
+# --- Helpers for the fair comparisons (nbd-compare, iscsi-compare); results go through
+# bench/results.py into bench/results/<script>-<time>.json, from which bench/results.py
+# render writes the tables of docs/benchmarks.md.
+
+loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
+
+# drop_caches: writes dirty pages back and empties the page cache (needs root).
+drop_caches() {
+  sync
+  echo 3 >/proc/sys/vm/drop_caches 2>/dev/null || {
+    echo "dropping the page cache needs root (echo 3 > /proc/sys/vm/drop_caches)" >&2
+    return 1
+  }
+}
+
+# mariner_metric DIR NAME: one value of the server's /metrics (admin socket of DIR/data).
+mariner_metric() {
+  # awk reads to the end: an early exit would SIGPIPE curl and fail the pipeline (pipefail).
+  local text
+  text=$(curl -sf --max-time 5 --unix-socket "$1/data/admin.sock" http://mariner/metrics) || return 1
+  echo "$text" | awk -v n="$2" '$1 == n { v = $2 } END { if (v != "") printf "%.0f\n", v }'
+}
+
+# wait_written_back DIR [TIMEOUT_S]: waits until the images hold (synced) every record that was
+# durable in the log when called; prints the seconds it took. Fails after TIMEOUT_S (120).
+wait_written_back() {
+  local dir=$1 limit=${2:-120} target synced t0 now
+  t0=$(date +%s.%N)
+  target=$(mariner_metric "$dir" mariner_log_durable_seq)
+  [ -n "$target" ] || { echo "no metrics from $dir/data/admin.sock" >&2; return 1; }
+  while :; do
+    synced=$(mariner_metric "$dir" mariner_store_synced_seq)
+    now=$(date +%s.%N)
+    [ -n "$synced" ] && [ "$synced" -ge "$target" ] && break
+    if python3 -c "import sys; sys.exit(0 if $now - $t0 > $limit else 1)"; then
+      echo "write-back not done after ${limit}s (synced $synced of $target)" >&2; return 1
+    fi
+    sleep 0.02
+  done
+  python3 -c "print('%.3f' % ($now - $t0))"
+}
+
+# fio_stats FIO-ARGS...: runs fio, prints "iops mean_us p50_us p99_us ios runtime_s" of the
+# job's reads or writes (whichever moved data). Fails if fio fails or runs past FIO_TIMEOUT
+# seconds (600).
+fio_stats() {
+  local out
+  out=$(timeout "${FIO_TIMEOUT:-600}" fio "$@" --output-format=json 2>&1) || { echo "fio $*: $out" | tail -5 >&2; return 1; }
+  echo "$out" | sed -n '/^{/,$p' | python3 -c '
+import json,sys
+j=json.load(sys.stdin)["jobs"][0]
+d=j["write"] if j["write"]["io_bytes"]>0 else j["read"]
+c=d["clat_ns"]; p=c.get("percentile",{})
+mean, p50, p99 = c["mean"], p.get("50.000000",0), p.get("99.000000",0)
+# With --fdatasync=1 each write is followed by an fdatasync whose time fio reports apart:
+# add it (the mean exactly; the percentiles summed, an approximation).
+l=j.get("sync",{}).get("lat_ns",{})  # its total_ios stays 0 in fio 3.33: look at the times
+if l.get("mean",0) > 0:
+    sp=l.get("percentile",{})
+    mean += l["mean"]; p50 += sp.get("50.000000",0); p99 += sp.get("99.000000",0)
+print("%.0f %.1f %.1f %.1f %d %.3f" % (d["iops"], mean/1000, p50/1000, p99/1000,
+      d["total_ios"], d["runtime"]/1000))'
+}

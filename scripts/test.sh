@@ -52,6 +52,8 @@ rustup component add rustfmt clippy >/dev/null 2>&1 || true
 
 stage "format"
 cargo fmt --all -- --check
+# The benchmark tables of docs/benchmarks.md are rendered from bench/results/, never by hand.
+python3 bench/results.py check
 
 stage "clippy"
 cargo clippy --workspace --all-targets --release -- -D warnings

@@ -144,6 +144,9 @@ pub struct Config {
     pub verify: bool,
     /// Also close and reopen inside [`run`] (and check the model again when verifying).
     pub reopen_in_run: bool,
+    /// End each timed write phase with a timed commit of what the engine left queued (BOSC's
+    /// queues), reported beside the phase's rate; the reopen then finds nothing to requeue.
+    pub commit_queued: bool,
 }
 
 impl Config {
@@ -165,6 +168,7 @@ impl Config {
             log_parts: 1,
             verify: false,
             reopen_in_run: false,
+            commit_queued: false,
         }
     }
 
@@ -351,7 +355,15 @@ fn timed_writes(
         }
         done += n;
     }
-    Ok(Phase::new(done, started.elapsed(), cpu))
+    let phase = Phase::new(done, started.elapsed(), cpu);
+    if !cfg.commit_queued {
+        return Ok(phase);
+    }
+    let commit = Instant::now();
+    Ok(match engine.commit_queued()? {
+        Some(queued) => phase.with_commit(queued, commit.elapsed()),
+        None => phase,
+    })
 }
 
 fn point_queries(

@@ -52,6 +52,10 @@ struct Args {
     /// the log write of the one before (each batch is still durable when its call returns).
     #[arg(long, default_value_t = 1)]
     log_parts: usize,
+    /// End each timed write phase with a timed commit of the engine's queues (BOSC), reported
+    /// as `commit_s` beside the phase's rate.
+    #[arg(long)]
+    commit_queued: bool,
     /// Check every answer against an in-memory model (small runs only).
     #[arg(long)]
     verify: bool,
@@ -94,6 +98,7 @@ fn main() -> ExitCode {
         max_run: args.max_run,
         log_parts: args.log_parts,
         verify: args.verify,
+        commit_queued: args.commit_queued,
         ..Config::new(engine, args.dir)
     };
     let line = if args.reopen_only {

@@ -21,6 +21,16 @@ pub struct Phase {
     pub thread_cpu_s: f64,
     /// CPU seconds the whole process used, the engine's background threads included.
     pub process_cpu_s: f64,
+    /// With `--commit-queued`, for an engine that queues (BOSC): blocks with queued
+    /// modifications when the phase ended, ...
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queued_blocks: Option<u64>,
+    /// ... the seconds the timed commit of all of them took after the phase, ...
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub commit_s: Option<f64>,
+    /// ... and `ops / (secs + commit_s)`: the rate with the phase's queued work paid for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ops_per_s_committed: Option<f64>,
 }
 
 impl Phase {
@@ -34,7 +44,24 @@ impl Phase {
             ops_per_s: if secs > 0.0 { ops as f64 / secs } else { 0.0 },
             thread_cpu_s: thread - cpu_at_start.0,
             process_cpu_s: process - cpu_at_start.1,
+            queued_blocks: None,
+            commit_s: None,
+            ops_per_s_committed: None,
         }
+    }
+
+    /// Adds the commit of what the phase left queued: `queued` blocks, committed in `took`.
+    pub fn with_commit(mut self, queued: u64, took: Duration) -> Self {
+        let commit = took.as_secs_f64();
+        let total = self.secs + commit;
+        self.queued_blocks = Some(queued);
+        self.commit_s = Some(commit);
+        self.ops_per_s_committed = Some(if total > 0.0 {
+            self.ops as f64 / total
+        } else {
+            0.0
+        });
+        self
     }
 }
 

@@ -230,6 +230,13 @@ impl Engine for BoscBtree {
         Ok(self.tree()?.get(key)?)
     }
 
+    fn commit_queued(&mut self) -> Result<Option<u64>, BenchError> {
+        let bosc = self.tree()?.bosc();
+        let queued = bosc.pending_blocks();
+        bosc.commit_all()?;
+        Ok(Some(u64::try_from(queued).unwrap_or(u64::MAX)))
+    }
+
     fn range(&mut self, from: Key, to: Key) -> Result<Option<Vec<(Key, u64)>>, BenchError> {
         Ok(Some(self.tree()?.range(from, to)?))
     }

@@ -96,6 +96,13 @@ impl Engine for BoscHashEngine {
         Ok(self.table()?.get(pack(key))?)
     }
 
+    fn commit_queued(&mut self) -> Result<Option<u64>, BenchError> {
+        let bosc = self.table()?.bosc();
+        let queued = bosc.pending_blocks();
+        bosc.commit_all()?;
+        Ok(Some(u64::try_from(queued).unwrap_or(u64::MAX)))
+    }
+
     fn reopen(&mut self) -> Result<Reopened, BenchError> {
         let started = Instant::now();
         drop(self.table.take());

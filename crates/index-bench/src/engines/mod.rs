@@ -47,6 +47,12 @@ pub trait Engine {
     fn range(&mut self, _from: Key, _to: Key) -> Result<Option<Vec<(Key, u64)>>, BenchError> {
         Ok(None)
     }
+    /// Commits what the engine holds queued in memory and its log only (BOSC's pending
+    /// modifications) to the index in place, durably; returns how many blocks were queued, or
+    /// `None` (the default) for an engine that queues nothing beyond its durable writes.
+    fn commit_queued(&mut self) -> Result<Option<u64>, BenchError> {
+        Ok(None)
+    }
     /// Closes (BOSC: without committing its queues, as after a crash) and opens again.
     fn reopen(&mut self) -> Result<Reopened, BenchError>;
     /// Counters worth reporting.
