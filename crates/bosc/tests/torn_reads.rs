@@ -51,6 +51,14 @@ impl BlockApp for Slots {
 
 const BLOCKS: u64 = 256;
 
+/// Sets its flag when dropped, also while unwinding.
+struct StopOnDrop<'a>(&'a AtomicBool);
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
 #[test]
 fn queries_never_see_a_block_half_written() {
     let cfg = BoscConfig {
@@ -80,6 +88,10 @@ fn queries_never_see_a_block_half_written() {
     let (b, _) = Bosc::open(data, cfg, durability, Arc::new(Slots)).unwrap();
     let stop = AtomicBool::new(false);
     std::thread::scope(|s| {
+        // Stops the reader however this thread leaves the scope: a panic in `modify_batch`
+        // (a failed assertion in the engine) must fail the test, not leave the scope waiting
+        // for a reader that never stops.
+        let _stop_reader = StopOnDrop(&stop);
         let reader = s.spawn(|| {
             let mut queries = 0u64;
             let mut block = 0;
