@@ -28,7 +28,8 @@ trap 'echo "FAILED in stage: ${current:-?}" >&2' ERR
 stage "install packages"
 need_pkgs=()
 # nbdfuse is part of libnbd-bin on Debian 12 (no package of its own); fuse3 brings fusermount.
-for p in qemu-utils libnbd-bin fio nbdkit libiscsi-bin e2fsprogs curl fuse2fs fuse3; do
+# python3 runs bench/results.py check (docs/benchmarks.md tables match bench/results/).
+for p in qemu-utils libnbd-bin fio nbdkit libiscsi-bin e2fsprogs curl fuse2fs fuse3 python3; do
   dpkg -s "$p" >/dev/null 2>&1 || need_pkgs+=("$p")
 done
 SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
