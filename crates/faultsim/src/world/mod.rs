@@ -7,81 +7,20 @@ use std::sync::{Arc, Weak};
 
 use mariner_disk::{CrashMode, Disk, Faults, FaultyDisk, FullDisk};
 use mariner_log::clock::{Clock, VirtualClock};
-use mariner_log::{
-    AppendFuture, Durable, DurableSink, Log, LogConfig, RecordKind, Recovery, SimDevices,
-    DATA_OFFSET,
-};
+use mariner_log::{AppendFuture, Durable, DurableSink, Log, RecordKind, SimDevices, DATA_OFFSET};
 use mariner_store::{Progress, ProgressFile, Store, StoreConfig};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use crate::model::{first_difference, Rec, Volume, SECTOR};
+mod checks;
+mod setup;
+
+pub use setup::{Setup, StoreParams};
+
+use crate::model::{Rec, Volume, SECTOR};
 use crate::{Failure, Summary};
 
 const LOG_ID: u128 = 0x5eed;
-
-/// What one seed runs on: drawn from the seed, so that the seeds between them cover one and
-/// two devices, depths 1 to 4, tiny logs that fill at once and larger ones, prompt and
-/// deferred write-back, payloads kept in memory and read back from the log.
-#[derive(Debug, Clone)]
-pub struct Setup {
-    pub devices: usize,
-    pub log: LogConfig,
-    pub segments: u64,
-    pub volumes: Vec<u64>,
-    pub store: StoreParams,
-    /// Largest record, in sectors.
-    pub max_sectors: u64,
-}
-
-#[derive(Debug, Clone, Copy)]
-pub struct StoreParams {
-    pub sync_interval_ms: u64,
-    pub sync_bytes: u64,
-    pub payload_budget_bytes: u64,
-    pub apply_idle_ms: u64,
-    pub apply_max_delay_ms: u64,
-}
-
-impl Setup {
-    pub fn draw(rng: &mut SmallRng) -> Self {
-        // The smallest segments the log takes, and few of them: the log fills up and writers
-        // wait for the store to release space.
-        // (Small disks also keep a seed cheap: copying the images at each crash is most of
-        // its cost.)
-        let segment_bytes = 64u64 << 10;
-        let segments = rng.random_range(3..=6);
-        let log = LogConfig {
-            segment_bytes,
-            align_bytes: 512,
-            t_wait_ns: [0, 10_000, 50_000, 200_000][rng.random_range(0..4)],
-            t_switch: f64::INFINITY,
-            dispatch_on_idle: rng.random_bool(0.7),
-            // The fault-injecting disk makes a write durable only on sync: write + fdatasync.
-            sync_each_write: true,
-            device_depth: rng.random_range(1..=4),
-            ..LogConfig::default()
-        };
-        let volumes = (0..rng.random_range(1..=2))
-            .map(|_| [64u64 << 10, 128 << 10][rng.random_range(0..2)])
-            .collect();
-        let store = StoreParams {
-            sync_interval_ms: rng.random_range(1..=20),
-            sync_bytes: [4u64 << 10, 16 << 10, 64 << 10][rng.random_range(0..3)],
-            payload_budget_bytes: [0u64, 8 << 10, 64 << 10][rng.random_range(0..3)],
-            apply_idle_ms: rng.random_range(0..=5),
-            apply_max_delay_ms: rng.random_range(5..=50),
-        };
-        Self {
-            devices: rng.random_range(1..=2),
-            log,
-            segments,
-            volumes,
-            store,
-            max_sectors: 16,
-        }
-    }
-}
 
 /// The store's watermark "file": replaced atomically and durably by each save, so a crash
 /// leaves the last one saved. It can fill up like the images' file system.
@@ -284,143 +223,6 @@ impl World {
         self.node = Some(Node { log, store, sim });
         for v in 0..self.images.len() {
             self.check_read(v, 0, self.images[v].size, "after recovery")?;
-        }
-        Ok(())
-    }
-
-    /// Recovery's answer against the records appended: every durable record above the
-    /// watermark is found, unchanged; nothing is found that was not appended; every sequence
-    /// number up to the last is found or voided. Unacknowledged records recovery found are
-    /// durable from now on; those it did not are forgotten (their numbers were voided).
-    fn check_recovery(&mut self, progress: &Progress, rec: &Recovery) -> Result<(), Failure> {
-        let w = progress.applied_seq;
-        let mut found = BTreeMap::new();
-        for f in &rec.records {
-            if f.header.seq <= w {
-                return Err(self.fail(format!(
-                    "recovery returned record {} at or below the watermark {w}",
-                    f.header.seq
-                )));
-            }
-            if found.insert(f.header.seq, f.header).is_some() {
-                return Err(self.fail(format!("recovery returned record {} twice", f.header.seq)));
-            }
-        }
-        if let Some(prev) = rec
-            .records
-            .windows(2)
-            .find(|p| p[0].header.seq >= p[1].header.seq)
-        {
-            return Err(self.fail(format!(
-                "recovered records out of sequence order: {} before {}",
-                prev[0].header.seq, prev[1].header.seq
-            )));
-        }
-        for s in w + 1..=rec.last_seq {
-            if !found.contains_key(&s) && !rec.voided.contains(&s) {
-                return Err(self.fail(format!(
-                    "sequence number {s} neither recovered nor voided (last {})",
-                    rec.last_seq
-                )));
-            }
-        }
-        for (&seq, h) in &found {
-            if h.kind == RecordKind::Void {
-                continue;
-            }
-            let Some(k) = self.known.get(&seq) else {
-                return Err(self.fail(format!(
-                    "recovered record {seq} ({:?} of volume {} at {}) was never appended",
-                    h.kind, h.volume, h.offset
-                )));
-            };
-            let r = &k.rec;
-            let same = h.kind == r.kind
-                && h.volume == r.volume
-                && h.offset == r.offset
-                && h.length == r.length
-                && (r.kind != RecordKind::Write || h.payload_crc == crc32c::crc32c(&r.payload));
-            if !same {
-                return Err(self.fail(format!(
-                    "recovered record {seq} differs from the one appended: {h:?} vs {:?}",
-                    (r.kind, r.volume, r.offset, r.length)
-                )));
-            }
-        }
-        let mut forget = Vec::new();
-        let mut recovered = Vec::new();
-        for (&seq, k) in &self.known {
-            if seq <= w {
-                if !k.durable {
-                    return Err(self.fail(format!(
-                        "the store's watermark {w} covers record {seq}, never acknowledged"
-                    )));
-                }
-                forget.push(seq);
-            } else if found.contains_key(&seq) {
-                if !k.durable {
-                    recovered.push(seq);
-                }
-            } else if k.durable {
-                return Err(self.fail(format!(
-                    "acknowledged record {seq} ({:?} of volume {} at {}+{}) lost: watermark {w}, \
-                     recovered {} records up to {}",
-                    k.rec.kind,
-                    k.rec.volume,
-                    k.rec.offset,
-                    k.rec.length,
-                    rec.records.len(),
-                    rec.last_seq
-                )));
-            } else {
-                forget.push(seq);
-            }
-        }
-        for seq in forget {
-            let gone = self.known.remove(&seq);
-            if gone.is_some_and(|k| !k.durable) {
-                self.summary.lost_unacked += 1;
-            }
-        }
-        for seq in recovered {
-            self.summary.recovered_unacked += 1;
-            let ts = found.get(&seq).map(|h| h.timestamp_ns);
-            if let Some(k) = self.known.get_mut(&seq) {
-                k.durable = true;
-                k.ts = ts;
-                let r = k.rec.clone();
-                self.model[vol_index(r.volume)].apply(&r);
-            }
-        }
-        self.summary.torn_tails += rec.torn_tails;
-        Ok(())
-    }
-
-    /// Compares a read through the store with the model.
-    pub(crate) fn check_read(
-        &mut self,
-        v: usize,
-        offset: u64,
-        len: u64,
-        when: &str,
-    ) -> Result<(), Failure> {
-        let got = self
-            .node()?
-            .store
-            .read(vol_id(v), offset, len)
-            .map_err(|e| self.fail(format!("read of volume {} failed {when}: {e}", vol_id(v))))?;
-        self.summary.reads += 1;
-        let want = &self.model[v].data[offset as usize..(offset + len) as usize];
-        if let Some(i) = first_difference(&got, want) {
-            let at = offset + i as u64;
-            let sector = self.model[v].seq[(at / SECTOR) as usize];
-            return Err(self.fail(format!(
-                "volume {} reads wrong {when}: byte {at} is {} where the model has {} (sector \
-                 last written by record {sector})",
-                vol_id(v),
-                got[i],
-                want[i]
-            )));
         }
         Ok(())
     }
@@ -806,21 +608,6 @@ impl World {
             "no progress while draining: {} appends unanswered, last record {last}: {state}",
             self.waiting.len()
         )))
-    }
-
-    /// Every image's synced bytes equal the model: write-back put everything where it belongs.
-    fn check_images_on_disk(&mut self) -> Result<(), Failure> {
-        for v in 0..self.images.len() {
-            let durable = self.images[v].faults.durable_image();
-            if let Some(i) = first_difference(&durable, &self.model[v].data) {
-                return Err(self.fail(format!(
-                    "volume {}'s synced image differs from the model at byte {i} after draining",
-                    vol_id(v)
-                )));
-            }
-            self.check_read(v, 0, self.images[v].size, "after draining")?;
-        }
-        Ok(())
     }
 
     pub(crate) fn random(&mut self, n: u32) -> u32 {
