@@ -12,10 +12,9 @@ fn tiny(engine: EngineKind) -> Report {
     tiny_in_parts(engine, 1)
 }
 
-/// `log_parts`: the parts bosc-btree logs each batch in.
-fn tiny_in_parts(engine: EngineKind, log_parts: usize) -> Report {
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = Config {
+/// The tiny parameters every test runs with, in `dir`.
+fn tiny_config(engine: EngineKind, dir: &std::path::Path) -> Config {
+    Config {
         budget_bytes: 256 << 10,
         preload_entries: 3000,
         ops: 2500,
@@ -26,9 +25,17 @@ fn tiny_in_parts(engine: EngineKind, log_parts: usize) -> Report {
         seed: 7,
         block_bytes: 512,
         verify: true,
+        ..Config::new(engine, dir.join(engine.name()))
+    }
+}
+
+/// `log_parts`: the parts bosc-btree logs each batch in.
+fn tiny_in_parts(engine: EngineKind, log_parts: usize) -> Report {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = Config {
         reopen_in_run: true,
         log_parts,
-        ..Config::new(engine, dir.path().join(engine.name()))
+        ..tiny_config(engine, dir.path())
     };
     let r = run(&cfg).unwrap_or_else(|e| panic!("{}: {e}", engine.name()));
     // And the reopen of a separate process, on the files the run left.
@@ -107,18 +114,8 @@ fn plain_hash_tiny() {
 fn tiny_committed(engine: EngineKind) -> Report {
     let dir = tempfile::tempdir().unwrap();
     let cfg = Config {
-        budget_bytes: 256 << 10,
-        preload_entries: 3000,
-        ops: 2500,
-        window: Duration::from_secs(120),
-        sync_every: 100,
-        queries: 200,
-        range_len: 20,
-        seed: 7,
-        block_bytes: 512,
-        verify: true,
         commit_queued: true,
-        ..Config::new(engine, dir.path().join(engine.name()))
+        ..tiny_config(engine, dir.path())
     };
     run(&cfg).unwrap_or_else(|e| panic!("{}: {e}", engine.name()))
 }
