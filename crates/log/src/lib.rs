@@ -23,12 +23,15 @@ mod error;
 mod recover;
 mod replay;
 mod simulated;
+mod superblocks;
 mod writer;
 
 use std::sync::{Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use clock::{Clock, SystemClock};
+use superblocks::{
+    check_config, check_superblocks, max_payload, new_superblock, raise_generation_floor,
+};
 
 use bytes::Bytes;
 use mariner_disk::{AlignedBuf, Disk};
@@ -44,6 +47,7 @@ pub use replay::ReplayPlan;
 pub use scan::Found;
 pub use simulated::{InFlight, SimDevices};
 pub use stats::{Histogram, LogStats};
+pub use superblocks::read_superblock;
 
 use writer::Shared;
 
@@ -200,23 +204,6 @@ impl std::fmt::Debug for Log {
             .field("superblock", &self.inner.sb)
             .finish()
     }
-}
-
-fn now_ns() -> u64 {
-    let d = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    u64::try_from(d).unwrap_or(u64::MAX)
-}
-
-/// Reads device `dev`'s superblock.
-pub fn read_superblock(disk: &dyn Disk, dev: usize) -> Result<Superblock, LogError> {
-    let align = disk.alignment().max(512);
-    let io = |source| LogError::Io { dev, source };
-    let mut buf = AlignedBuf::new(align.max(format::SUPERBLOCK_LEN), align).map_err(io)?;
-    disk.read_at(&mut buf, 0)
-        .map_err(|source| LogError::Io { dev, source })?;
-    Superblock::decode(&buf).map_err(|source| LogError::NotFormatted { dev, source })
 }
 
 impl Log {
@@ -673,34 +660,6 @@ impl Log {
     }
 }
 
-/// Reads the device's generation floor, writes a new one above both it and `found` (the
-/// newest generation in the segments), syncs, and returns the generation the device resumes
-/// from: its first new segment gets the one after.
-fn raise_generation_floor(disk: &dyn Disk, dev: usize, found: u64) -> Result<u64, LogError> {
-    let io = |source| LogError::Io { dev, source };
-    let align = disk.alignment().max(512);
-    let mut buf = AlignedBuf::new(align, align).map_err(io)?;
-    let mut current: Option<format::GenFloor> = None;
-    for slot in format::GEN_FLOOR_SLOTS {
-        disk.read_at(&mut buf, slot).map_err(io)?;
-        if let Some(f) = format::GenFloor::decode(&buf) {
-            if current.is_none_or(|c| f.counter > c.counter) {
-                current = Some(f);
-            }
-        }
-    }
-    let (old_floor, counter) = current.map_or((0, 0), |c| (c.floor, c.counter + 1));
-    // At most one segment per device was entered without a durable first record, so +2 clears
-    // every generation the previous session could have used.
-    let floor = found.max(old_floor) + 2;
-    buf.fill(0);
-    buf[..format::GEN_FLOOR_LEN].copy_from_slice(&format::GenFloor { floor, counter }.encode());
-    disk.write_at(&buf, format::GEN_FLOOR_SLOTS[(counter % 2) as usize])
-        .map_err(io)?;
-    disk.sync().map_err(io)?;
-    Ok(floor - 1)
-}
-
 /// Reads through a bounce buffer when the device needs aligned I/O.
 fn read_unaligned(disk: &dyn Disk, out: &mut [u8], offset: u64) -> std::io::Result<()> {
     let align = disk.alignment() as u64;
@@ -714,93 +673,4 @@ fn read_unaligned(disk: &dyn Disk, out: &mut [u8], offset: u64) -> std::io::Resu
     let skip = (offset - start) as usize;
     out.copy_from_slice(&buf[skip..skip + out.len()]);
     Ok(())
-}
-
-/// The largest write payload: what fits a segment, at most 4 MiB so a segment holds several.
-fn max_payload(sb: &Superblock) -> u32 {
-    let max = sb.segment_bytes - RECORD_HEADER_LEN as u64 - u64::from(sb.align_bytes);
-    u32::try_from(max.min(4 << 20)).unwrap_or(u32::MAX)
-}
-
-fn check_config(cfg: &LogConfig) -> Result<(), LogError> {
-    let a = u64::from(cfg.align_bytes);
-    if !a.is_power_of_two() || !(512..=65536).contains(&a) {
-        return Err(LogError::Config(
-            "alignment must be a power of two in 512..=65536".into(),
-        ));
-    }
-    if cfg.segment_bytes < 64 * 1024
-        || !cfg.segment_bytes.is_multiple_of(a)
-        || cfg.segment_bytes > 1 << 30
-    {
-        return Err(LogError::Config(
-            "segment size must be a multiple of the alignment, 64 KiB..=1 GiB".into(),
-        ));
-    }
-    Ok(())
-}
-
-fn new_superblock(
-    disk: &dyn Disk,
-    dev: usize,
-    count: u16,
-    cfg: &LogConfig,
-    log_id: u128,
-) -> Result<Superblock, LogError> {
-    let bytes = disk.len().map_err(|source| LogError::Io { dev, source })?;
-    let need = DATA_OFFSET + 2 * cfg.segment_bytes;
-    if bytes < need {
-        return Err(LogError::TooSmall { dev, bytes, need });
-    }
-    Ok(Superblock {
-        log_id,
-        device_index: dev as u16,
-        device_count: count,
-        device_bytes: bytes,
-        segment_bytes: cfg.segment_bytes,
-        segment_count: (bytes - DATA_OFFSET) / cfg.segment_bytes,
-        data_offset: DATA_OFFSET,
-        align_bytes: cfg.align_bytes,
-        created_ns: now_ns(),
-    })
-}
-
-fn check_superblocks(devices: &[Arc<dyn Disk>], log_id: u128) -> Result<Vec<Superblock>, LogError> {
-    if devices.is_empty() {
-        return Err(LogError::Config("no log devices".into()));
-    }
-    let mut sbs = Vec::with_capacity(devices.len());
-    for (dev, disk) in devices.iter().enumerate() {
-        let sb = read_superblock(disk.as_ref(), dev)?;
-        if sb.log_id != log_id {
-            return Err(LogError::ForeignDevice {
-                dev,
-                found: sb.log_id,
-                expected: log_id,
-            });
-        }
-        if usize::from(sb.device_index) != dev || usize::from(sb.device_count) != devices.len() {
-            return Err(LogError::WrongPosition {
-                dev,
-                found: sb.device_index,
-                count: sb.device_count,
-                configured: devices.len(),
-            });
-        }
-        if let Some(first) = sbs.first() {
-            let same = |a: &Superblock| {
-                (
-                    a.segment_bytes,
-                    a.segment_count,
-                    a.align_bytes,
-                    a.data_offset,
-                )
-            };
-            if same(first) != same(&sb) {
-                return Err(LogError::GeometryMismatch { dev });
-            }
-        }
-        sbs.push(sb);
-    }
-    Ok(sbs)
 }
