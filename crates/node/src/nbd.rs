@@ -58,6 +58,17 @@ pub fn export_info<V: ReadPath>(v: &V) -> ExportInfo {
     }
 }
 
+impl<V: WritePath> NbdExport<V> {
+    /// TRIM and WRITE_ZEROES: an NBD client is never a registered SCSI initiator.
+    async fn zero(&self, offset: u64, len: u32, how: Zeroing) -> Result<(), ExportError> {
+        self.0.unregistered_may_write().map_err(nbd_error)?;
+        self.0
+            .zero(offset, u64::from(len), how)
+            .await
+            .map_err(nbd_error)
+    }
+}
+
 #[async_trait]
 impl<V: WritePath + 'static> Export for NbdExport<V> {
     fn info(&self) -> ExportInfo {
@@ -84,11 +95,7 @@ impl<V: WritePath + 'static> Export for NbdExport<V> {
     }
 
     async fn trim(&self, offset: u64, len: u32, _fua: bool) -> Result<(), ExportError> {
-        self.0.unregistered_may_write().map_err(nbd_error)?;
-        self.0
-            .zero(offset, u64::from(len), Zeroing::Trim)
-            .await
-            .map_err(nbd_error)
+        self.zero(offset, len, Zeroing::Trim).await
     }
 
     async fn write_zeroes(
@@ -98,11 +105,7 @@ impl<V: WritePath + 'static> Export for NbdExport<V> {
         _fua: bool,
         _may_trim: bool,
     ) -> Result<(), ExportError> {
-        self.0.unregistered_may_write().map_err(nbd_error)?;
-        self.0
-            .zero(offset, u64::from(len), Zeroing::Write)
-            .await
-            .map_err(nbd_error)
+        self.zero(offset, len, Zeroing::Write).await
     }
 
     async fn block_status(

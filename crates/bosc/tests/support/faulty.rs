@@ -130,19 +130,7 @@ impl Disks {
         log_id: u128,
         volume: u32,
     ) -> (Bosc<A>, OpenReport) {
-        let durability = Durability::OwnLog {
-            devices: vec![log],
-            log: log_cfg(),
-            log_id,
-            volume,
-        };
-        Bosc::open(
-            Arc::clone(&self.data_disk),
-            c.clone(),
-            durability,
-            Arc::new(app),
-        )
-        .expect("open")
+        self.open_on(vec![log], c, app, log_id, volume)
     }
 
     /// Every disk crashes at once: unsynced writes are lost, reordered or torn.
@@ -195,8 +183,20 @@ impl Disks {
         log_id: u128,
         volume: u32,
     ) -> (Bosc<A>, OpenReport) {
+        self.open_on(self.log_devices(), c, app, log_id, volume)
+    }
+
+    /// Opens (recovers) an engine of `app` on the data disk, in own-log mode on `devices`.
+    fn open_on<A: BlockApp>(
+        &self,
+        devices: Vec<Arc<dyn Disk>>,
+        c: &BoscConfig,
+        app: A,
+        log_id: u128,
+        volume: u32,
+    ) -> (Bosc<A>, OpenReport) {
         let durability = Durability::OwnLog {
-            devices: self.log_devices(),
+            devices,
             log: log_cfg(),
             log_id,
             volume,
