@@ -33,17 +33,21 @@ for p in qemu-utils libnbd-bin fio nbdkit libiscsi-bin e2fsprogs curl fuse2fs fu
   dpkg -s "$p" >/dev/null 2>&1 || need_pkgs+=("$p")
 done
 SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
-# qemu's iSCSI driver (qemu-block-extra) must match qemu-utils; on Debian 12 with the backported
-# qemu-utils it comes from bookworm-backports.
+# qemu's iSCSI driver (qemu-block-extra) must match qemu-utils; where qemu-utils came from the
+# release's backports (version "~bpo<release>"), qemu-block-extra must come from there too.
+release=$(. /etc/os-release && echo "${VERSION_CODENAME:-} ${VERSION_ID:-}")
+codename=${release% *}; version_id=${release#* }
 qemu_ver=$(dpkg-query -W -f='${Version}' qemu-utils 2>/dev/null || true)
 extra_ver=$(dpkg-query -W -f='${Version}' qemu-block-extra 2>/dev/null || true)
 need_extra=0; [ "$qemu_ver" != "$extra_ver" ] && need_extra=1
 if [ ${#need_pkgs[@]} -gt 0 ] || [ $need_extra -eq 1 ]; then
-  if [[ "$qemu_ver" == *bpo12* ]] && ! grep -rqs bookworm-backports /etc/apt/sources.list /etc/apt/sources.list.d/; then
-    # Backports from the archive the machine already uses for bookworm (its configured source).
-    archive=$(apt-get indextargets --format '$(REPO_URI) $(RELEASE)' | awk '$2 == "bookworm" {print $1; exit}')
-    [ -n "$archive" ] || { echo "no configured source for bookworm to take backports from" >&2; exit 1; }
-    echo "deb $archive bookworm-backports main" | $SUDO tee /etc/apt/sources.list.d/bookworm-backports.list >/dev/null
+  backports="$codename-backports"
+  if [[ "$qemu_ver" == *bpo${version_id}* ]] \
+    && ! grep -rqsw -- "$backports" /etc/apt/sources.list /etc/apt/sources.list.d/; then
+    # Backports from the archive this machine already uses for its release: its configured
+    # source (one-line or deb822 form), never a host named here.
+    archive=$(scripts/apt-source-uri "$codename")
+    echo "deb $archive $backports main" | $SUDO tee "/etc/apt/sources.list.d/$backports.list" >/dev/null
   fi
   $SUDO apt-get update -qq
   [ ${#need_pkgs[@]} -gt 0 ] && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_pkgs[@]}"
@@ -56,6 +60,8 @@ stage "format"
 cargo fmt --all -- --check
 # The benchmark tables of docs/benchmarks.md are rendered from bench/results/, never by hand.
 python3 bench/results.py check
+# The apt source lookup the install stage uses, on configurations in both forms.
+scripts/tests/apt-source-uri.sh
 
 stage "clippy"
 cargo clippy --workspace --all-targets --release -- -D warnings
