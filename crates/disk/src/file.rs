@@ -254,6 +254,47 @@ impl Disk for FileDisk {
         self.file.read_exact_at(buf, offset)
     }
 
+    /// `preadv2(RWF_NOWAIT)`: the kernel copies what the page cache holds and returns
+    /// `EAGAIN` (or a short count) where it would have to read the device.
+    fn read_cached(&self, buf: &mut [u8], offset: u64) -> io::Result<bool> {
+        if self.direct {
+            return Ok(false);
+        }
+        let mut done = 0usize;
+        while done < buf.len() {
+            let rest = &mut buf[done..];
+            let iov = libc::iovec {
+                iov_base: rest.as_mut_ptr().cast(),
+                iov_len: rest.len(),
+            };
+            // Past off_t: read_at reports the end of the file.
+            let Some(at) = offset
+                .checked_add(done as u64)
+                .and_then(|at| off_t(at).ok())
+            else {
+                return Ok(false);
+            };
+            // SAFETY: `iov` points at `rest`, a live, exclusively borrowed buffer of
+            // `iov_len` bytes, for the duration of the call; the fd is owned by `self.file`.
+            let n = unsafe { libc::preadv2(self.file.as_raw_fd(), &iov, 1, at, libc::RWF_NOWAIT) };
+            match n {
+                // Would block; an old kernel or file system without RWF_NOWAIT says so too.
+                n if n < 0 => {
+                    let e = io::Error::last_os_error();
+                    return match e.raw_os_error() {
+                        Some(libc::EAGAIN | libc::EOPNOTSUPP | libc::EINVAL) => Ok(false),
+                        Some(libc::EINTR) => continue,
+                        _ => Err(e),
+                    };
+                }
+                // End of file, or the rest not cached: read_at decides which.
+                0 => return Ok(false),
+                n => done += n as usize,
+            }
+        }
+        Ok(true)
+    }
+
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         self.check_aligned(buf, offset)?;
         self.file.write_all_at(buf, offset)

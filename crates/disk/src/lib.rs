@@ -54,6 +54,14 @@ pub struct Extent {
 pub trait Disk: Send + Sync + std::fmt::Debug {
     /// Fill `buf` from `offset`. Fails with `UnexpectedEof` if the range passes the end.
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
+    /// Fill `buf` from `offset` only if that needs no wait for the device (the bytes are in
+    /// memory: the page cache, or a disk that lives in memory). `Ok(false)`: it would have to
+    /// wait, `buf` holds nothing usable and the caller reads with [`Disk::read_at`] where
+    /// blocking is allowed. Lets an async server answer a cached read on its own thread
+    /// instead of handing it to a blocking pool. The default never tries.
+    fn read_cached(&self, _buf: &mut [u8], _offset: u64) -> io::Result<bool> {
+        Ok(false)
+    }
     /// Write all of `buf` at `offset`. Not durable until [`Disk::sync`] returns.
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
     /// Make every completed write durable (fdatasync). An error here is final: callers must not
@@ -100,6 +108,9 @@ pub fn write_zeros<D: Disk + ?Sized>(disk: &D, offset: u64, len: u64) -> io::Res
 impl<D: Disk + ?Sized> Disk for std::sync::Arc<D> {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         (**self).read_at(buf, offset)
+    }
+    fn read_cached(&self, buf: &mut [u8], offset: u64) -> io::Result<bool> {
+        (**self).read_cached(buf, offset)
     }
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         (**self).write_at(buf, offset)

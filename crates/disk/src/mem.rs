@@ -52,6 +52,16 @@ impl Disk for MemDisk {
         Ok(())
     }
 
+    /// Always in memory: served when in range.
+    fn read_cached(&self, buf: &mut [u8], offset: u64) -> io::Result<bool> {
+        let data = self.read();
+        let Some(range) = within(offset, buf.len(), data.len()) else {
+            return Ok(false);
+        };
+        buf.copy_from_slice(&data[range]);
+        Ok(true)
+    }
+
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         let mut data = self.write();
         let range = within(offset, buf.len(), data.len())

@@ -542,10 +542,37 @@ impl Log {
         addr: LogAddr,
         expect_seq: u64,
     ) -> Result<(RecordHeader, Vec<u8>), LogError> {
+        let read =
+            |disk: &dyn Disk, out: &mut [u8], at: u64| read_unaligned(disk, out, at).map(|()| true);
+        let record = self.read_with(addr, expect_seq, read)?;
+        record.ok_or(LogError::Gone { addr: addr.0 })
+    }
+
+    /// [`Log::read`] if the record's bytes are in memory (the page cache of a buffered log
+    /// device: [`Disk::read_cached`]); `Ok(None)` when reading it would wait for the device.
+    /// Lets an async front end answer a read of a write not yet applied on its own thread.
+    pub fn read_cached(
+        &self,
+        addr: LogAddr,
+        expect_seq: u64,
+    ) -> Result<Option<(RecordHeader, Vec<u8>)>, LogError> {
+        let read = |disk: &dyn Disk, out: &mut [u8], at: u64| disk.read_cached(out, at);
+        self.read_with(addr, expect_seq, read)
+    }
+
+    /// The record at `addr`, verified, read with `read` (which may decline: `Ok(None)`).
+    fn read_with(
+        &self,
+        addr: LogAddr,
+        expect_seq: u64,
+        read: impl Fn(&dyn Disk, &mut [u8], u64) -> std::io::Result<bool>,
+    ) -> Result<Option<(RecordHeader, Vec<u8>)>, LogError> {
         let (dev, disk) = self.device_of(addr)?;
         let io = |source| LogError::Io { dev, source };
         let mut hb = [0u8; RECORD_HEADER_LEN];
-        read_unaligned(disk.as_ref(), &mut hb, addr.offset()).map_err(io)?;
+        if !read(disk.as_ref(), &mut hb, addr.offset()).map_err(io)? {
+            return Ok(None);
+        }
         let corrupt = |source| LogError::Corrupt {
             addr: addr.0,
             source,
@@ -556,9 +583,11 @@ impl Log {
         }
         let mut payload = vec![0u8; header.payload_len as usize];
         let at = addr.offset() + RECORD_HEADER_LEN as u64;
-        read_unaligned(disk.as_ref(), &mut payload, at).map_err(io)?;
+        if !read(disk.as_ref(), &mut payload, at).map_err(io)? {
+            return Ok(None);
+        }
         header.verify_payload(&payload).map_err(corrupt)?;
-        Ok((header, payload))
+        Ok(Some((header, payload)))
     }
 
     /// Reads back records that follow each other on one device with one read, verifying

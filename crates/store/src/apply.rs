@@ -279,11 +279,14 @@ impl Store {
         let records = std::mem::take(&mut c.unsynced);
         let now = self.clock.now();
         let items = records.into_iter().map(|(header, addr)| {
-            self.map_overlay(&Durable {
-                header,
-                addr,
-                payload: Bytes::new(),
-            });
+            self.map_overlay(
+                &Durable {
+                    header,
+                    addr,
+                    payload: Bytes::new(),
+                },
+                None,
+            );
             Item {
                 header,
                 addr,

@@ -8,18 +8,26 @@
 use std::collections::btree_map::Entry;
 use std::collections::BTreeMap;
 
+use bytes::Bytes;
 use mariner_log::LogAddr;
 
 /// Where the bytes of a mapped range come from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Source {
-    /// Payload of the record at this log address, which starts at volume offset `base`.
-    Log { addr: LogAddr, base: u64 },
+    /// Payload of the record at this log address, which starts at volume offset `base`;
+    /// `payload` is the record's payload while the store keeps it in memory for the applier
+    /// (the same bytes, shared: the overlay costs no copy and no memory of its own), so a read
+    /// of a write not yet applied is a copy, not a read of the log.
+    Log {
+        addr: LogAddr,
+        base: u64,
+        payload: Option<Bytes>,
+    },
     /// Zeros (trim or write-zeroes).
     Zero,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Piece {
     pub end: u64,
     pub seq: u64,
@@ -27,7 +35,7 @@ pub struct Piece {
 }
 
 /// One part of a lookup answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Span {
     pub start: u64,
     pub end: u64,
@@ -93,15 +101,15 @@ impl ExtentMap {
         for (k, p) in self.take_overlapping(start, end) {
             // The parts of an old piece outside the new range stay as they were.
             if k < start {
-                self.put(k, start, p.seq, p.src);
+                self.put(k, start, p.seq, p.src.clone());
             }
             if p.end > end {
-                self.put(end, p.end, p.seq, p.src);
+                self.put(end, p.end, p.seq, p.src.clone());
             }
             // Inside, a newer piece wins; the new record fills around it.
             if p.seq > seq {
                 let (inner_start, inner_end) = (k.max(start), p.end.min(end));
-                self.put(cursor, inner_start, seq, src);
+                self.put(cursor, inner_start, seq, src.clone());
                 self.put(inner_start, inner_end, p.seq, p.src);
                 cursor = inner_end;
             }
@@ -125,7 +133,7 @@ impl ExtentMap {
                 self.map.insert(k, p);
                 continue;
             }
-            self.put(k, start.max(k).min(p.end), p.seq, p.src);
+            self.put(k, start.max(k).min(p.end), p.seq, p.src.clone());
             self.put(end.max(k).min(p.end), p.end, p.seq, p.src);
         }
     }
@@ -152,7 +160,7 @@ impl ExtentMap {
             out.push(Span {
                 start: s,
                 end: e,
-                piece: Some((p.seq, p.src)),
+                piece: Some((p.seq, p.src.clone())),
             });
             cursor = e;
         }
@@ -176,6 +184,7 @@ mod tests {
         Source::Log {
             addr: LogAddr(n),
             base: 0,
+            payload: None,
         }
     }
 
@@ -238,7 +247,7 @@ mod tests {
                     prop_assert_eq!(sp.start, at);
                     prop_assert!(sp.end > sp.start);
                     for b in &mut got[sp.start as usize..sp.end as usize] {
-                        *b = sp.piece.map(|p| p.0);
+                        *b = sp.piece.as_ref().map(|p| p.0);
                     }
                     at = sp.end;
                 }
@@ -262,7 +271,7 @@ mod tests {
         let seqs: Vec<_> = m
             .lookup(0, 30)
             .iter()
-            .map(|s| (s.start, s.end, s.piece.map(|p| p.0)))
+            .map(|s| (s.start, s.end, s.piece.as_ref().map(|p| p.0)))
             .collect();
         assert_eq!(
             seqs,

@@ -28,6 +28,7 @@ pub mod extents;
 pub mod progress;
 
 mod apply;
+mod read;
 
 use std::collections::{BTreeMap, HashMap};
 use std::io;
@@ -37,7 +38,7 @@ use std::sync::{Arc, Condvar, Mutex, OnceLock, RwLock};
 use std::time::Instant;
 
 use bytes::Bytes;
-use mariner_disk::{Disk, Extent};
+use mariner_disk::Disk;
 use mariner_log::clock::{Clock, SystemClock};
 use mariner_log::{
     Durable, DurableSink, Log, LogAddr, LogError, RecordHeader, RecordKind, Recovery,
@@ -126,6 +127,8 @@ pub struct StoreStats {
     pub queued_payload_bytes: AtomicU64,
     pub overlay_extents: AtomicU64,
     pub log_reads: AtomicU64,
+    /// Reads served by [`Store::read_cached`] (memory and page cache only).
+    pub cached_reads: AtomicU64,
 }
 
 struct Image {
@@ -391,9 +394,9 @@ impl Store {
         let mut items = Vec::with_capacity(records.len());
         let now = self.clock.now();
         for d in records {
-            self.map_overlay(d);
             let keep = keep_payload && self.reserve_payload(d.payload.len() as u64);
             let payload = keep.then(|| d.payload.clone());
+            self.map_overlay(d, payload.clone());
             items.push((
                 d.header.seq,
                 Item {
@@ -432,12 +435,15 @@ impl Store {
             .is_ok()
     }
 
-    fn map_overlay(&self, d: &Durable) {
+    /// Maps a durable record in its volume's overlay; `payload`: its payload when the store
+    /// keeps it in memory (within the payload budget), shared with the apply queue.
+    fn map_overlay(&self, d: &Durable, payload: Option<Bytes>) {
         let h = &d.header;
         let src = match h.kind {
             RecordKind::Write => Source::Log {
                 addr: d.addr,
                 base: h.offset,
+                payload,
             },
             RecordKind::Trim | RecordKind::WriteZeroes => Source::Zero,
             RecordKind::Void => return,
@@ -457,99 +463,6 @@ impl Store {
             return Err(StoreError::OutOfRange { offset, len, size });
         }
         Ok(())
-    }
-
-    /// Reads `len` bytes at `offset` of volume `id`: every acknowledged write is visible,
-    /// applied or not.
-    pub fn read(&self, id: u32, offset: u64, len: u64) -> Result<Vec<u8>, StoreError> {
-        let image = self.image(id)?;
-        Self::check_range(&image, offset, len)?;
-        let mut out = vec![0u8; len as usize];
-        // A record read back from the log may be reused under us once applied and released;
-        // then its range is in the image, and the next lookup says so.
-        for _ in 0..8 {
-            match self.read_once(&image, offset, &mut out) {
-                Err(StoreError::Log(LogError::Gone { .. })) => continue,
-                other => return other.map(|()| out),
-            }
-        }
-        Err(StoreError::Failed("record kept moving under a read".into()))
-    }
-
-    fn read_once(&self, image: &Image, offset: u64, out: &mut [u8]) -> Result<(), StoreError> {
-        let end = offset + out.len() as u64;
-        let spans = match image.overlay.lock() {
-            Ok(o) => o.lookup(offset, end),
-            Err(_) => return Err(StoreError::Failed("lock poisoned".into())),
-        };
-        for s in spans {
-            let dst = &mut out[(s.start - offset) as usize..(s.end - offset) as usize];
-            match s.piece {
-                None => image.disk.read_at(dst, s.start)?,
-                Some((_, Source::Zero)) => dst.fill(0),
-                Some((seq, Source::Log { addr, base })) => {
-                    let (_, payload) = self.log_read(addr, seq)?;
-                    let from = (s.start - base) as usize;
-                    dst.copy_from_slice(&payload[from..from + dst.len()]);
-                }
-            }
-        }
-        Ok(())
-    }
-
-    fn log_read(&self, addr: LogAddr, seq: u64) -> Result<(RecordHeader, Vec<u8>), StoreError> {
-        let log = self
-            .log
-            .get()
-            .ok_or_else(|| StoreError::Failed("no log attached".into()))?;
-        self.stats.log_reads.fetch_add(1, Relaxed);
-        Ok(log.read(addr, seq)?)
-    }
-
-    /// Allocation of `[offset, offset+len)`, overlay first, then the image.
-    pub fn allocation(
-        &self,
-        id: u32,
-        offset: u64,
-        len: u64,
-    ) -> Result<Vec<(u64, Allocation)>, StoreError> {
-        let image = self.image(id)?;
-        Self::check_range(&image, offset, len)?;
-        let spans = match image.overlay.lock() {
-            Ok(o) => o.lookup(offset, offset + len),
-            Err(_) => return Err(StoreError::Failed("lock poisoned".into())),
-        };
-        let mut out: Vec<(u64, Allocation)> = Vec::new();
-        for s in spans {
-            match s.piece {
-                Some((_, Source::Zero)) => push_merged(&mut out, s.end - s.start, Allocation::Zero),
-                Some(_) => push_merged(&mut out, s.end - s.start, Allocation::Data),
-                None => {
-                    for e in image.disk.allocation(s.start, s.end - s.start)? {
-                        push_merged(&mut out, e.len, extent_kind(e));
-                    }
-                }
-            }
-        }
-        Ok(out)
-    }
-}
-
-fn extent_kind(e: Extent) -> Allocation {
-    if e.allocated {
-        Allocation::Data
-    } else {
-        Allocation::Hole
-    }
-}
-
-fn push_merged(out: &mut Vec<(u64, Allocation)>, len: u64, kind: Allocation) {
-    if len == 0 {
-        return;
-    }
-    match out.last_mut() {
-        Some((l, k)) if *k == kind => *l += len,
-        _ => out.push((len, kind)),
     }
 }
 

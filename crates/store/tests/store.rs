@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -122,6 +123,12 @@ fn reads_see_unapplied_writes_and_then_the_image() {
         want,
         "read before apply"
     );
+    // The payloads are within the budget: served from memory, no read of the log.
+    let log_reads = n.store.stats().log_reads.load(Relaxed);
+    let mut cached = vec![0xa5u8; 16384];
+    assert!(n.store.read_cached(VOL, 0, &mut cached).unwrap());
+    assert_eq!(cached, want, "cached read before apply");
+    assert_eq!(n.store.stats().log_reads.load(Relaxed), log_reads);
     let mut raw = vec![0u8; 16384];
     image.read_at(&mut raw, 0).unwrap();
     assert_eq!(raw, vec![0u8; 16384], "nothing applied while paused");
@@ -154,9 +161,62 @@ fn reads_see_unapplied_writes_and_then_the_image() {
         want,
         "read after apply"
     );
+    assert!(n.store.read_cached(VOL, 0, &mut cached).unwrap());
+    assert_eq!(cached, want, "cached read after apply");
     assert!(n.store.read(VOL, SIZE - 512, 1024).is_err(), "out of range");
+    assert!(n
+        .store
+        .read_cached(VOL, SIZE - 512, &mut cached[..1024])
+        .is_err());
     n.store.shutdown();
     n.log.shutdown();
+}
+
+#[test]
+fn a_cached_read_declines_what_only_the_log_device_holds() {
+    for log_in_memory in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        // A FaultyDisk models a device: nothing of it is "cached". A MemDisk is memory.
+        let log_disk: Arc<dyn Disk> = if log_in_memory {
+            Arc::new(MemDisk::new(1 << 20))
+        } else {
+            Arc::new(FaultyDisk::new(1 << 20, 7))
+        };
+        let logs = vec![log_disk];
+        Log::format(&logs, &log_cfg(), LOG_ID).unwrap();
+        let image: Arc<dyn Disk> = Arc::new(MemDisk::new(SIZE as usize));
+        let cfg = StoreConfig {
+            payload_budget_bytes: 0,
+            ..store_cfg(dir.path())
+        };
+        let n = open_with(dir.path(), &logs, image.clone(), true, cfg);
+        assert!(write(&n, 4096, vec![7; 4096]));
+        assert!(trim(&n, 16384, 4096));
+        let mut buf = vec![0xa5u8; 4096];
+        // The write's payload is only in the log: served from it if the log is in memory,
+        // else declined; the blocking read has it either way.
+        assert_eq!(
+            n.store.read_cached(VOL, 4096, &mut buf).unwrap(),
+            log_in_memory
+        );
+        if log_in_memory {
+            assert_eq!(buf, vec![7; 4096]);
+        }
+        let mut wide = vec![0u8; 8192];
+        assert_eq!(
+            n.store.read_cached(VOL, 0, &mut wide).unwrap(),
+            log_in_memory
+        );
+        assert_eq!(n.store.read(VOL, 4096, 4096).unwrap(), vec![7; 4096]);
+        // Zeros of an unapplied trim and bytes of the (in-memory) image need no wait.
+        assert!(n.store.read_cached(VOL, 16384, &mut buf).unwrap());
+        assert_eq!(buf, vec![0; 4096]);
+        image.write_at(&[3; 4096], 32768).unwrap();
+        assert!(n.store.read_cached(VOL, 32768, &mut buf).unwrap());
+        assert_eq!(buf, vec![3; 4096]);
+        n.store.shutdown();
+        n.log.shutdown();
+    }
 }
 
 fn applied(n: &Node) -> u64 {

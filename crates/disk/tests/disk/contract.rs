@@ -45,6 +45,16 @@ pub fn check_allocation<D: Disk + ?Sized>(disk: &D, offset: u64, len: u64) -> io
 fn assert_image<D: Disk + ?Sized>(disk: &D, model: &[u8]) -> io::Result<()> {
     assert_eq!(disk.len()?, model.len() as u64);
     assert!(read_all(disk)? == model, "disk differs from the model");
+    // A read served from memory, when the disk can, returns the same bytes.
+    let mut cached = vec![0xa5u8; model.len()];
+    if disk.read_cached(&mut cached, 0)? {
+        assert!(cached == model, "read_cached differs from the model");
+    }
+    let (at, n) = (model.len() / 3, model.len() / 5);
+    let mut part = vec![0xa5u8; n];
+    if disk.read_cached(&mut part, at as u64)? {
+        assert!(part == model[at..at + n], "read_cached of a part differs");
+    }
     Ok(())
 }
 
@@ -103,6 +113,9 @@ pub fn check_contract<D: Disk + ?Sized>(disk: &D) -> io::Result<()> {
         io::ErrorKind::UnexpectedEof,
     );
     disk.read_at(&mut [], len)?;
+    // Past the end there is nothing to serve from memory either.
+    assert!(!disk.read_cached(&mut [0; 10], len - 5)?);
+    assert!(!disk.read_cached(&mut [0; 1], u64::MAX)?);
 
     // Holes read as zeros.
     punch(disk, &mut model, 8192, 16_384)?;

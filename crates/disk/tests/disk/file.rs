@@ -219,3 +219,37 @@ fn random_access_reads_no_pages_ahead() -> io::Result<()> {
     assert_eq!(resident_pages(&path, 1024 * KIB, 512 * KIB as usize)?, 2);
     Ok(())
 }
+
+#[test]
+fn read_cached_serves_cached_pages_and_declines_the_rest() -> io::Result<()> {
+    let dir = tempdir()?;
+    let path = disk_path(&dir);
+    let size = 1024 * KIB;
+    let data = pattern(size as usize, 5);
+    let disk = FileDisk::open(&path, &OpenOptions::new().create(true).random(true))?;
+    disk.write_at(&data, 0)?;
+    let mut block = vec![0u8; 8192];
+
+    // Just written: in the page cache, served, the same bytes as read_at.
+    assert!(disk.read_cached(&mut block, 64 * KIB)?);
+    assert_eq!(block, data[64 * 1024..72 * 1024]);
+
+    // Out of the cache: declined (the kernel may start reading it in for the read_at that
+    // follows, which then returns the bytes).
+    evict(&path)?;
+    assert!(!disk.read_cached(&mut block, 256 * KIB)?);
+    disk.read_at(&mut block, 256 * KIB)?;
+    assert_eq!(block, data[256 * 1024..264 * 1024]);
+    evict(&path)?;
+    // One page cached, the next not: a part is not the whole, declined.
+    disk.read_at(&mut block[..4096], 512 * KIB)?;
+    assert!(!disk.read_cached(&mut block, 512 * KIB)?);
+    assert!(disk.read_cached(&mut block[..4096], 512 * KIB)?);
+    assert_eq!(block[..4096], data[512 * 1024..516 * 1024]);
+
+    // O_DIRECT bypasses the cache: never served from it.
+    let direct = FileDisk::open(&path, &OpenOptions::new().direct(true))?;
+    let mut aligned = AlignedBuf::new(4096, 4096)?;
+    assert!(!direct.read_cached(&mut aligned, 0)?);
+    Ok(())
+}

@@ -1,8 +1,10 @@
 //! One connection: handshake over the socket, then the transmission loop.
 
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use bytes::BytesMut;
+use futures_util::FutureExt;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::time::{timeout_at, Instant};
@@ -350,7 +352,8 @@ impl<S: AsyncRead + AsyncWrite + Send + Unpin + 'static> Reader<S> {
     }
 }
 
-/// Runs one request in its own task; a panicking export becomes an `EIO` reply.
+/// Runs one request in its own task; a panicking export becomes an `EIO` reply (caught where
+/// it happens: a second task per request only to catch it cost a spawn and a wake-up).
 async fn run_request(
     export: Arc<dyn Export>,
     request: Request,
@@ -360,10 +363,18 @@ async fn run_request(
     budget: Option<Budget>,
 ) {
     let (cookie, kind) = (request.cookie, request.kind);
-    let mut frame = match tokio::spawn(execute(export, request, style)).await {
+    // The export is shared with other requests; a panic leaves it as its own locks and
+    // invariants do (a poisoned lock fails later requests with an error, not a panic).
+    let executed = AssertUnwindSafe(execute(export, request, style)).catch_unwind();
+    let mut frame = match executed.await {
         Ok(frame) => frame,
-        Err(e) => {
-            tracing::error!(cookie, ?kind, "NBD request task failed: {e}");
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            tracing::error!(cookie, ?kind, "NBD request panicked: {what}");
             style.error(cookie, ErrorCode::Io, "internal server error")
         }
     };

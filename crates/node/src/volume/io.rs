@@ -11,6 +11,11 @@ use mariner_store::{Allocation, StoreError};
 
 use super::{Volume, VolumeError, PAGE_BYTES};
 
+/// The largest read served on an async thread when it is all in memory: copying it takes a
+/// few tens of microseconds, about what a hand-off to the blocking pool costs, and holds up
+/// the thread's other requests no longer than that.
+const INLINE_READ_MAX: u64 = 256 * 1024;
+
 impl Volume {
     /// Checks a request's range (and, for a write, that the volume is writable); returns the
     /// volume's id and block size. Any byte range inside the volume passes: the callers that
@@ -61,14 +66,26 @@ impl Volume {
         Ok(())
     }
 
-    /// Reads with the store (blocking I/O off the async threads).
+    /// Reads with the store: on the calling (async) thread when everything asked for is in
+    /// memory — unapplied payloads the store holds, zeros, image pages in the page cache —
+    /// and small enough to copy at once ([`INLINE_READ_MAX`]); otherwise off the async
+    /// threads, where the store may wait for the log or the image's device.
     pub(crate) async fn read_bytes(&self, offset: u64, len: u64) -> Result<Vec<u8>, VolumeError> {
         let m = self.check(offset, len, false)?;
-        let store = Arc::clone(&self.store);
-        let r = tokio::task::spawn_blocking(move || store.read(m.id, offset, len)).await;
-        let data = r
-            .map_err(|e| VolumeError::Task(e.to_string()))?
-            .map_err(VolumeError::Store)?;
+        let mut data = Vec::new();
+        let cached = len <= INLINE_READ_MAX && {
+            data.resize(len as usize, 0);
+            self.store
+                .read_cached(m.id, offset, &mut data)
+                .map_err(VolumeError::Store)?
+        };
+        if !cached {
+            let store = Arc::clone(&self.store);
+            let r = tokio::task::spawn_blocking(move || store.read(m.id, offset, len)).await;
+            data = r
+                .map_err(|e| VolumeError::Task(e.to_string()))?
+                .map_err(VolumeError::Store)?;
+        }
         self.stats.reads.fetch_add(1, Relaxed);
         self.stats.read_bytes.fetch_add(len, Relaxed);
         Ok(data)
