@@ -29,6 +29,7 @@ pub struct MemoryExport {
     image: Mutex<Image>,
     write_delay: Option<Duration>,
     failing: AtomicBool,
+    panicking: AtomicBool,
     flushes: AtomicU64,
     writes_completed: AtomicU64,
 }
@@ -68,6 +69,7 @@ impl MemoryExport {
             image: Mutex::new(image),
             write_delay: None,
             failing: AtomicBool::new(false),
+            panicking: AtomicBool::new(false),
             flushes: AtomicU64::new(0),
             writes_completed: AtomicU64::new(0),
         }
@@ -77,6 +79,12 @@ impl MemoryExport {
     pub fn with_write_delay(mut self, delay: Duration) -> Self {
         self.write_delay = Some(delay);
         self
+    }
+
+    /// While set, every write panics (a bug in an export must cost its request, not the
+    /// connection or the server).
+    pub fn set_panicking(&self, panicking: bool) {
+        self.panicking.store(panicking, Ordering::SeqCst);
     }
 
     /// While set, every operation fails with [`ExportError::Io`].
@@ -210,6 +218,10 @@ impl Export for MemoryExport {
 
     async fn write(&self, offset: u64, data: Bytes, _fua: bool) -> Result<(), ExportError> {
         self.check_writable()?;
+        assert!(
+            !self.panicking.load(Ordering::SeqCst),
+            "injected panic in a write"
+        );
         if let Some(delay) = self.write_delay {
             tokio::time::sleep(delay).await;
         }

@@ -214,6 +214,21 @@ async fn read_only_and_failing_exports() {
 }
 
 #[tokio::test]
+async fn a_panicking_export_fails_its_request_and_the_connection_goes_on() {
+    let set = exports();
+    let server = Server::start(set.clone()).await;
+    let mut c = Client::handshake(server.addr, structured()).await;
+    set.get("disk").unwrap().set_panicking(true);
+    assert_eq!(c.write(0, &[7; 512]).await, EIO);
+    set.get("disk").unwrap().set_panicking(false);
+    assert_eq!(c.write(512, &[8; 512]).await, 0);
+    assert_eq!(c.read(0, 1024).await.unwrap()[512..], [8; 512]);
+    assert_eq!(set.get("disk").unwrap().contents(0, 512), vec![0; 512]);
+    c.disconnect().await;
+    server.stop().await;
+}
+
+#[tokio::test]
 async fn bad_request_magic_closes_the_connection() {
     let set = exports();
     let server = Server::start(set.clone()).await;
