@@ -40,7 +40,7 @@
 #   env: ONLY=<groups>  PEERS="mariner prev nbdkit memory raw"  PREV_REV=20714cb^
 #        WS_MIB=1024 (working set) LOG_MIB=256 (Mariner's default log; other values pass
 #        --log-size) WRITE_MIB=3×LOG_MIB MIX_MIB=64 MC_MIB=4096 SPARSE_MIB=10240
-#        NBDCOPY_REQUESTS=64 FIO_TIMEOUT=600 WB_TIMEOUT=300 NBDKIT_PORT=10899
+#        NBDCOPY_REQUESTS=64 FIO_TIMEOUT=600 WB_TIMEOUT=300 NBDKIT_PORT=10899 (and +1)
 #        SCRATCH=<checkout>/target/bench-scratch RESULTS=<checkout>/bench/results
 #   Short mode to try it (records a run marked "not counted"; keep it out of bench/results):
 #     RESULTS=/tmp/nc ROUNDS=1 WS_MIB=256 WRITE_MIB=64 MC_MIB=512 SPARSE_MIB=1024 \

@@ -12,23 +12,20 @@ SPID=""; PEER=""; URL=""; FIO_T=""; ISCSI_URL=""; NPID=""; MPID=""
 
 mdir() { echo "$SCRATCH/nc-$1"; }
 
-# start_peer PEER [SIZE_MIB [iscsi]]: a new server of SIZE_MIB (WS_MIB) on a new sparse file
-# (Mariner: a new data dir, its volume vol0 of that size); "iscsi" also opens Mariner's iSCSI
-# front end on a free port.
+# start_peer PEER [SIZE_MIB]: a new server of SIZE_MIB (WS_MIB) on a new sparse file (Mariner:
+# a new data dir, its volume vol0 of that size, NBD and iSCSI each on a free port).
 start_peer() {
-  local p=$1 mib=${2:-$WS_MIB} fe=${3:-} bin extra=()
+  local p=$1 mib=${2:-$WS_MIB} bin
   PEER=$p; ISCSI_URL=""
   case $p in
     mariner | prev)
       bin=$MARINER; [ "$p" = prev ] && bin=$PREV_BIN
-      [ "$fe" = iscsi ] && extra=(--iscsi-listen 127.0.0.1:0)
+      # iSCSI on a free port always: its default port (3260) may be taken on a shared machine.
       MARINER=$bin start_mariner "$(mdir "$p")" --default-volume-size "${mib}MiB" \
-        ${LOG_ARGS[@]+"${LOG_ARGS[@]}"} ${extra[@]+"${extra[@]}"}
+        --iscsi-listen 127.0.0.1:0 ${LOG_ARGS[@]+"${LOG_ARGS[@]}"}
       SPID=$MPID; URL=$MURL; FIO_T="--ioengine=nbd --uri=$URL"
-      if [ "$fe" = iscsi ]; then
-        ISCSI_URL="iscsi://$(python3 -c "import json,sys;print(json.load(open(sys.argv[1]))['iscsi'][0])" \
-          "$(mdir "$p")/data/ports.json")/iqn.2026-11.dev.mariner:vol0/0"
-      fi
+      ISCSI_URL="iscsi://$(python3 -c "import json,sys;print(json.load(open(sys.argv[1]))['iscsi'][0])" \
+        "$(mdir "$p")/data/ports.json")/iqn.2026-11.dev.mariner:vol0/0"
       ;;
     nbdkit | memory)
       if [ "$p" = nbdkit ]; then

@@ -162,27 +162,35 @@ randreads() {
 }
 
 # wl_nbdcopy ROUND: Mariner on its own MC_MIB volume, filled and written back; nbdcopy of
-# MC_MIB onto it from nbdkit's pattern plugin (every block data) with 1 and with 4 connections
-# (order swapped every round; written back after each, timed apart), then of the volume to
-# null: the same way. MB/s = MC_MIB MiB / seconds.
+# MC_MIB onto it from nbdkit's pattern plugin (every block data; served on its own port, which
+# allows multi-conn: a socket-activated source would hold nbdcopy to 1 connection) with 1 and
+# with 4 connections (order swapped every round; written back after each, timed apart), then
+# of the volume to null: the same way. --threads as many as connections (nbdcopy caps the
+# connections at its threads, which default to the cores). MB/s = MC_MIB MiB / seconds.
 wl_nbdcopy() {
-  local r=$1 c t0 secs wb conns=(1 4)
+  local r=$1 c t0 secs wb ppid src conns=(1 4)
   [ $((r % 2)) = 0 ] && conns=(4 1)
   start_peer "$PEER" "$MC_MIB"
   fill "$MC_MIB"
+  src=nbd://127.0.0.1:$((NBDKIT_PORT + 1))
+  nbdkit --exit-with-parent -f --port=$((NBDKIT_PORT + 1)) pattern size="${MC_MIB}M" &
+  ppid=$!
+  for _ in $(seq 1 100); do nbdinfo --size "$src" >/dev/null 2>&1 && break; sleep 0.05; done
   for c in "${conns[@]}"; do
     t0=$(now)
-    timeout "${FIO_TIMEOUT:-600}" nbdcopy --connections="$c" --requests="$NBDCOPY_REQUESTS" -- \
-      [ nbdkit --exit-with-parent pattern size="${MC_MIB}M" ] "$URL"
+    timeout "${FIO_TIMEOUT:-600}" nbdcopy --connections="$c" --threads="$c" \
+      --requests="$NBDCOPY_REQUESTS" "$src" "$URL"
     secs=$(calc "$(now) - $t0" 3)
     wb=$(durable_in_place)
     put "$r" "$PEER" "nbdcopy-write-c$c" secs "$secs"
     put "$r" "$PEER" "nbdcopy-write-c$c" mbps "$(calc "$MC_MIB * 1.048576 / $secs")"
     put "$r" "$PEER" "nbdcopy-write-c$c" wb_s "$wb"
   done
+  kill "$ppid"; wait "$ppid" 2>/dev/null || true
   for c in "${conns[@]}"; do
     t0=$(now)
-    timeout "${FIO_TIMEOUT:-600}" nbdcopy --connections="$c" --requests="$NBDCOPY_REQUESTS" "$URL" null:
+    timeout "${FIO_TIMEOUT:-600}" nbdcopy --connections="$c" --threads="$c" \
+      --requests="$NBDCOPY_REQUESTS" "$URL" null:
     secs=$(calc "$(now) - $t0" 3)
     put "$r" "$PEER" "nbdcopy-read-c$c" secs "$secs"
     put "$r" "$PEER" "nbdcopy-read-c$c" mbps "$(calc "$MC_MIB * 1.048576 / $secs")"
@@ -244,7 +252,7 @@ wl_qemu() {
   local r=$1 p=$PEER fe url name n secs wb c0 c1 first key fes=(nbd iscsi)
   [ $((r % 2)) = 0 ] && fes=(iscsi nbd)
   for fe in "${fes[@]}"; do
-    start_peer "$p" "$WS_MIB" iscsi
+    start_peer "$p" "$WS_MIB"
     if [ "$fe" = nbd ]; then url=$URL; name=$p; else url=$ISCSI_URL; name=$p-iscsi; fi
     timeout "${FIO_TIMEOUT:-600}" qemu-img bench -f raw -c "$WS_MIB" -d 8 -s 1M -w --pattern=0x33 "$url" >/dev/null
     durable_in_place >/dev/null; settle "$SPID"
