@@ -5,7 +5,8 @@
 # "target X: measured Y -> met/missed". Needs root (drops the page cache; nbdfuse).
 #
 # Peers (PEERS, all by default; bench/nbd-compare/peers.sh):
-#   mariner : this checkout's `mariner serve`, default 256 MiB log, NBD (and iSCSI for qemu)
+#   mariner : this checkout's `mariner serve`, default 256 MiB log; NBD, and iSCSI (on a free
+#             port, used by the qemu group)
 #   prev    : the previous release's `mariner serve`, run the same way: the git revision PREV_REV
 #             (default 20714cb^, the last commit before issue 16's work), built once into
 #             target/bench-prev/<commit> (its own CARGO_TARGET_DIR) and reused
@@ -47,10 +48,11 @@
 #       bench/nbd-compare.sh 1 2
 # A run with fewer rounds, shorter workloads, smaller sizes, another log size, or only some
 # groups or peers is recorded with a defect: it counts towards no target.
-# Time at the defaults (measured parts scaled from short runs on this 2-core machine, idle):
-# about 17 minutes per round, 85–95 minutes for 5 rounds — most of it the depth-1 writes
-# (≥ 196,608 durable writes per peer: ~1 min each for Mariner, prev and nbdkit) and the
-# multiconn/qemu/sparse write-backs. Each fio/qemu-img/nbdcopy is killed after FIO_TIMEOUT
+# Time at the defaults: about 20–25 minutes per round, 1 h 40 min – 2 h for 5 rounds (scaled
+# from short runs on this 2-core machine at load 2–3; per round ≈ Mariner 10–11 min, prev 7–8,
+# nbdkit 3–4, raw 2, memory 0.5). Most of it: the depth-1 writes (≥ 196,608 durable writes per
+# peer: 1–3 min each for Mariner, prev and nbdkit), the qemu-img runs with their write-backs, and
+# the 4 GiB nbdcopy runs. Each fio/qemu-img/nbdcopy/mkfs is killed after FIO_TIMEOUT
 # seconds, Mariner's write-back waited for at most WB_TIMEOUT; either fails the run.
 # Results: RESULTS/nbd-compare-<time>.json (every sample, medians, ratios, targets; the tables
 # of docs/benchmarks.md are rendered from it by `bench/results.py render`), and stdout.
