@@ -76,20 +76,7 @@ bench() {
   echo "$secs"
 }
 
-# cpu_ticks PID: user + system clock ticks the server process used so far (all threads).
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-# settle PID: waits (up to 20 s) until the server stops using CPU — Mariner's applier writes
-# back what the log absorbed once the writers pause, and that work belongs to the writes.
-settle() {
-  local a b
-  a=$(cpu_ticks "$1")
-  for _ in $(seq 1 100); do
-    sleep 0.2; b=$(cpu_ticks "$1")
-    [ "$b" -le $((a + 1)) ] && return 0
-    a=$b
-  done
-}
-
+# cpu_ticks and settle: bench/lib.sh.
 # put ROUND PEER WORKLOAD METRIC VALUE: one sample.
 put() { printf '%s\t%s\t%s\t%s\t%s\n' "$@" >>"$SAMPLES"; }
 

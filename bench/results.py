@@ -23,6 +23,25 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
+
+
+def T(label, metric, a, b, op, bound):
+    """A target over any peers and workloads: the sum of the medians of the "peer:workload" terms
+    in a, divided by the sum of those in b, compared with bound."""
+    split = lambda terms: [tuple(t.split(":", 1)) for t in terms]
+    return {"label": label, "metric": metric, "a": split(a), "b": split(b), "op": op,
+            "bound": bound}
+
+
+def target(t):
+    """A target as T makes it; the short tuple form (label, workload, metric, peer a, peer b, op,
+    bound) compares two peers on one workload."""
+    if isinstance(t, dict):
+        return t
+    label, wl, metric, a, b, op, bound = t
+    return T(label, metric, [f"{a}:{wl}"], [f"{b}:{wl}"], op, bound)
+
+
 # Per script: the peers (reference first), the workloads, the columns and the targets. A target
 # compares median(metric of a) / median(metric of b) with a bound.
 SPECS = {
@@ -31,6 +50,10 @@ SPECS = {
             "mariner": "Mariner NBD",
             "nbdkit": "nbdkit file + fua",
             "raw": "raw fio",
+            "memory": "nbdkit memory",
+            "prev": "previous release NBD",
+            "mariner-iscsi": "Mariner iSCSI",
+            "prev-iscsi": "previous release iSCSI",
         },
         "workloads": {
             "randwrite-qd1": "4 KiB random write, depth 1",
@@ -39,6 +62,20 @@ SPECS = {
             "randread-qd32-warm": "4 KiB random read, depth 32, warm",
             "randread-qd1-cold": "4 KiB random read, depth 1, cache dropped",
             "randread-qd32-cold": "4 KiB random read, depth 32, cache dropped",
+            "randwrite-1x32": "4 KiB random write, 1 job × depth 32",
+            "randwrite-4x8": "4 KiB random write, 4 jobs × depth 8",
+            "randrw7030-qd32": "70/30 random read/write, depth 32, recently written (read latencies)",
+            "randread-qd1-alone": "4 KiB random read, depth 1, alone",
+            "randread-qd1-beside-writer": "4 KiB random read, depth 1, beside a depth-32 writer",
+            "seqwrite-1m-qd8": "1 MiB sequential write, depth 8",
+            "seqread-1m-qd8": "1 MiB sequential read, depth 8",
+            "nbdcopy-write-c1": "nbdcopy onto the volume, 1 connection",
+            "nbdcopy-write-c4": "nbdcopy onto the volume, 4 connections",
+            "nbdcopy-read-c1": "nbdcopy off the volume, 1 connection",
+            "nbdcopy-read-c4": "nbdcopy off the volume, 4 connections",
+            "sparse-convert": "qemu-img convert of a sparse image",
+            "sparse-mkfs": "mkfs.ext4 -E discard through nbdfuse",
+            "qemu-write-qd32": "qemu-img bench 4 KiB write, depth 32",
         },
         "columns": [
             ("iops", "IOPS", 0),
@@ -47,16 +84,32 @@ SPECS = {
             ("mean_us", "mean µs", 0),
             ("wb_s", "write-back after, s", 2),
             ("iops_wb", "IOPS incl. write-back", 0),
+            ("mbps", "MB/s", 0),
+            ("secs", "time s", 2),
+            ("lat_us", "latency µs", 0),
+            ("cpu_us", "server CPU µs per write", 1),
+            ("run_s", "run s", 1),
         ],
         "ratio": ("iops", "Mariner ÷ peer, IOPS"),
         "targets": [
             # issue 16 (NBD speed); reported here so every fair run shows where it stands.
             ("issue 16: depth-1 write p50 ≤ nbdkit-fua's", "randwrite-qd1", "p50_us",
              "mariner", "nbdkit", "<=", 1.0),
+            T("issue 16: depth-1 write p50 ≤ 1.1× (raw durable write + nbdkit-memory round trip)",
+              "p50_us", ["mariner:randwrite-qd1"], ["raw:randwrite-qd1", "memory:randwrite-qd1"],
+              "<=", 1.1),
             ("issue 16: depth-32 write IOPS ≥ 2× nbdkit-fua's", "randwrite-qd32", "iops",
              "mariner", "nbdkit", ">=", 2.0),
             ("issue 16: depth-32 write IOPS incl. write-back ≥ 2× nbdkit-fua's",
              "randwrite-qd32", "iops_wb", "mariner", "nbdkit", ">=", 2.0),
+            T("issue 16: qemu-img depth-32 write IOPS, NBD ≥ 0.9× iSCSI's", "iops",
+              ["mariner:qemu-write-qd32"], ["mariner-iscsi:qemu-write-qd32"], ">=", 0.9),
+            T("issue 16: server CPU per 4 KiB write (qemu-img), NBD ≤ iSCSI's", "cpu_us",
+              ["mariner:qemu-write-qd32"], ["mariner-iscsi:qemu-write-qd32"], "<=", 1.0),
+            T("issue 16: iSCSI depth-32 write IOPS ≥ 0.95× the previous release's", "iops",
+              ["mariner-iscsi:qemu-write-qd32"], ["prev-iscsi:qemu-write-qd32"], ">=", 0.95),
+            T("issue 16: iSCSI server CPU per write ≤ the previous release's ÷ 0.95", "cpu_us",
+              ["mariner-iscsi:qemu-write-qd32"], ["prev-iscsi:qemu-write-qd32"], "<=", 1.05),
             ("issue 16: warm depth-1 read p50 ≤ 1.1× nbdkit's", "randread-qd1-warm", "p50_us",
              "mariner", "nbdkit", "<=", 1.1),
             ("issue 16: warm depth-32 read IOPS ≥ nbdkit's", "randread-qd32-warm", "iops",
@@ -65,6 +118,26 @@ SPECS = {
              "mariner", "nbdkit", "<=", 1.1),
             ("issue 16: cold depth-32 read IOPS ≥ nbdkit's", "randread-qd32-cold", "iops",
              "mariner", "nbdkit", ">=", 1.0),
+            ("issue 16: 70/30 read/write depth-32 IOPS ≥ nbdkit-fua's", "randrw7030-qd32",
+             "iops", "mariner", "nbdkit", ">=", 1.0),
+            T("issue 16: depth-1 reader's p99 beside a depth-32 writer ≤ 2× alone", "p99_us",
+              ["mariner:randread-qd1-beside-writer"], ["mariner:randread-qd1-alone"], "<=", 2.0),
+            ("issue 16: 1 MiB sequential write MB/s ≥ 0.45× raw O_DIRECT", "seqwrite-1m-qd8",
+             "mbps", "mariner", "raw", ">=", 0.45),
+            ("issue 16: 1 MiB sequential write MB/s ≥ 0.8× nbdkit-fua's", "seqwrite-1m-qd8",
+             "mbps", "mariner", "nbdkit", ">=", 0.8),
+            ("issue 16: 1 MiB sequential read MB/s ≥ 0.9× nbdkit file's", "seqread-1m-qd8",
+             "mbps", "mariner", "nbdkit", ">=", 0.9),
+            T("issue 16: fio 4 jobs × depth 8 IOPS ≥ 1 job × depth 32", "iops",
+              ["mariner:randwrite-4x8"], ["mariner:randwrite-1x32"], ">=", 1.0),
+            T("issue 16: nbdcopy onto the volume, 4 connections ≥ 0.95× 1 connection's MB/s",
+              "mbps", ["mariner:nbdcopy-write-c4"], ["mariner:nbdcopy-write-c1"], ">=", 0.95),
+            T("issue 16: nbdcopy off the volume, 4 connections ≥ 0.95× 1 connection's MB/s",
+              "mbps", ["mariner:nbdcopy-read-c4"], ["mariner:nbdcopy-read-c1"], ">=", 0.95),
+            ("issue 16: qemu-img convert of a sparse image ≤ 1.2× nbdkit file's time",
+             "sparse-convert", "secs", "mariner", "nbdkit", "<=", 1.2),
+            ("issue 16: mkfs.ext4 -E discard through nbdfuse ≤ 1.2× nbdkit file's time",
+             "sparse-mkfs", "secs", "mariner", "nbdkit", "<=", 1.2),
         ],
     },
     "iscsi-compare": {
@@ -129,24 +202,38 @@ def medians(doc):
 
 
 def per_round_ratios(doc, wl, metric, a, b):
-    def by_round(peer):
-        return {r: v for r, v in doc["samples"].get(peer, {}).get(wl, {}).get(metric, [])}
-    ra, rb = by_round(a), by_round(b)
+    return per_round_sums(doc, metric, [(a, wl)], [(b, wl)])
+
+
+def per_round_sums(doc, metric, a_terms, b_terms):
+    """Per round: the sum of a's terms over the sum of b's, rounds where every term was measured."""
+    def by_round(terms):
+        out = None
+        for peer, wl in terms:
+            vals = {r: v for r, v in doc["samples"].get(peer, {}).get(wl, {}).get(metric, [])}
+            out = vals if out is None else {r: out[r] + vals[r] for r in out if r in vals}
+        return out or {}
+    ra, rb = by_round(a_terms), by_round(b_terms)
     return [ra[r] / rb[r] for r in sorted(ra) if r in rb and rb[r]]
+
+
+def term_sum(med, metric, terms):
+    vals = [med.get(peer, {}).get(wl, {}).get(metric) for peer, wl in terms]
+    return None if any(v is None for v in vals) else sum(vals)
 
 
 def verdicts(doc):
     spec, med = SPECS[doc["script"]], doc["medians"]
     out = []
-    for label, wl, metric, a, b, op, bound in spec["targets"]:
-        x = med.get(a, {}).get(wl, {}).get(metric)
-        y = med.get(b, {}).get(wl, {}).get(metric)
+    for t in map(target, spec["targets"]):
+        op, bound = t["op"], t["bound"]
+        x, y = term_sum(med, t["metric"], t["a"]), term_sum(med, t["metric"], t["b"])
         if x is None or y is None or not y:
             continue
         ratio = x / y
         met = ratio <= bound if op == "<=" else ratio >= bound
-        rounds = per_round_ratios(doc, wl, metric, a, b)
-        out.append({"target": label, "ratio": ratio, "bound": f"{op} {bound}", "met": met,
+        rounds = per_round_sums(doc, t["metric"], t["a"], t["b"])
+        out.append({"target": t["label"], "ratio": ratio, "bound": f"{op} {bound}", "met": met,
                     "rounds_met": sum(1 for r in rounds if (r <= bound if op == "<=" else r >= bound)),
                     "rounds": len(rounds)})
     return out
@@ -182,6 +269,11 @@ def markdown(doc):
     lines.append("|---|---|" + "---:|" * (len(cols) + 1))
     for wl, wlabel in spec["workloads"].items():
         first = True
+        # The reference: the first peer that ran the workload; the ratio of its main figure
+        # (IOPS, else MB/s, else time), named in the cell when not IOPS.
+        wref = next((p for p in spec["peers"] if wl in med.get(p, {})), ref)
+        wkey = next((k for k in (rkey, "mbps", "secs") if k in med.get(wref, {}).get(wl, {})), rkey)
+        unit = {"mbps": " MB/s", "secs": " time"}.get(wkey, "") if wkey != rkey else ""
         for peer, plabel in spec["peers"].items():
             m = med.get(peer, {}).get(wl)
             if m is None:
@@ -189,15 +281,15 @@ def markdown(doc):
             row = [wlabel if first else "", plabel]
             first = False
             row += [fmt(m.get(c[0]), c[2]) for c in cols]
-            if peer == ref:
+            if peer == wref:
                 row.append("")
             else:
-                x, y = med.get(ref, {}).get(wl, {}).get(rkey), m.get(rkey)
-                rr = per_round_ratios(doc, wl, rkey, ref, peer)
+                x, y = med.get(wref, {}).get(wl, {}).get(wkey), m.get(wkey)
+                rr = per_round_ratios(doc, wl, wkey, wref, peer)
                 cell = f"{x / y:.2f}" if x is not None and y else "–"
                 if rr:
                     cell += f" ({min(rr):.2f}–{max(rr):.2f})"
-                row.append(cell)
+                row.append(cell + unit)
             lines.append("| " + " | ".join(row) + " |")
     lines.append("")
     rounds = meta.get("rounds", "?")
@@ -271,6 +363,24 @@ def record(script, samples_path, out_path, pairs):
         json.dump(doc, f, indent=1, ensure_ascii=False)
         f.write("\n")
     print(markdown(doc))
+    print()
+    print(target_lines(doc))
+
+
+def target_lines(doc):
+    """One line per target of the script: "target X: measured Y -> met/missed", or not measured."""
+    got = {v["target"]: v for v in doc["verdicts"]}
+    lines = []
+    for t in map(target, SPECS[doc["script"]]["targets"]):
+        v = got.get(t["label"])
+        if v is None:
+            lines.append(f"target {t['label']}: not measured in this run")
+            continue
+        state = "met" if v["met"] else "missed"
+        note = " (not counted: run has a defect)" if doc.get("defects") else ""
+        lines.append(f"target {t['label']}: measured {v['ratio']:.2f} ({v['bound']}) -> {state}, "
+                     f"{v['rounds_met']} of {v['rounds']} rounds{note}")
+    return "\n".join(lines)
 
 
 def load(path):
