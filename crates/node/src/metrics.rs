@@ -200,7 +200,7 @@ fn limit_metrics(out: &mut String, node: &Node) {
 
 fn volume_metrics(out: &mut String, node: &Node) {
     let names = node.volume_names();
-    let families: [(&str, &str, &str); 6] = [
+    let families: [(&str, &str, &str); 7] = [
         ("mariner_volume_reads_total", "counter", "Read requests."),
         ("mariner_volume_read_bytes_total", "counter", "Bytes read."),
         ("mariner_volume_writes_total", "counter", "Write requests."),
@@ -208,6 +208,12 @@ fn volume_metrics(out: &mut String, node: &Node) {
             "mariner_volume_write_bytes_total",
             "counter",
             "Bytes written.",
+        ),
+        (
+            "mariner_volume_zeroings_elided_total",
+            "counter",
+            "Trims and write-zeroes of whole blocks that already read as zeros: acknowledged \
+             without a log record.",
         ),
         (
             "mariner_volume_read_only",
@@ -229,6 +235,7 @@ fn volume_metrics(out: &mut String, node: &Node) {
                 "mariner_volume_read_bytes_total" => st.read_bytes.load(Relaxed),
                 "mariner_volume_writes_total" => st.writes.load(Relaxed),
                 "mariner_volume_write_bytes_total" => st.write_bytes.load(Relaxed),
+                "mariner_volume_zeroings_elided_total" => st.zeroings_elided.load(Relaxed),
                 "mariner_volume_out_of_space" => u64::from(v.out_of_space().is_some()),
                 _ => u64::from(v.failure().or_else(|| v.out_of_space()).is_some()),
             };

@@ -298,3 +298,73 @@ async fn joined<T>(task: tokio::task::JoinHandle<T>) -> T {
         .expect("a concurrent write did not finish within 30 s (deadlock?)")
         .unwrap()
 }
+
+/// Written back and synced: every record of the log is in the images.
+async fn written_back(node: &Node) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let last = node.log().stats().durable_seq.load(Relaxed);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while node.store().progress().applied_seq < last {
+        assert!(std::time::Instant::now() < deadline, "written back in time");
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zeroing_what_reads_as_zeros_costs_no_record_and_data_is_still_zeroed() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let dir = tempfile::tempdir().unwrap();
+    let (node, vol) = open(dir.path());
+    let records = || node.log().stats().records.load(Relaxed);
+    let mut model = vec![0u8; VOLUME_BYTES as usize];
+    let (mib, data) = (1u64 << 20, pattern(9, 64 << 10));
+
+    // Never written: a hole in the image, nothing in the log. Zeroing or trimming it needs
+    // no record.
+    let before = records();
+    Export::write_zeroes(&nbd(&vol), 0, mib as u32, false, false)
+        .await
+        .unwrap();
+    Export::trim(&nbd(&vol), mib, mib as u32, false)
+        .await
+        .unwrap();
+    assert_eq!(records(), before, "nothing appended for ranges of zeros");
+    assert_eq!(vol.stats.zeroings_elided.load(Relaxed), 2);
+
+    // Data not yet applied (in the overlay) and data written back (in the image) both take a
+    // record, and read as zeros afterwards, also after a reopen.
+    write(&vol, &mut model, 2 * mib, data.clone()).await;
+    let before = records();
+    Export::write_zeroes(&nbd(&vol), 2 * mib, 64 << 10, false, false)
+        .await
+        .unwrap();
+    assert_eq!(records(), before + 1, "zeroing unapplied data is a record");
+    model[2 * mib as usize..][..64 << 10].fill(0);
+    write(&vol, &mut model, 3 * mib, data.clone()).await;
+    written_back(&node).await;
+    let before = records();
+    Export::trim(&nbd(&vol), 3 * mib, 64 << 10, false)
+        .await
+        .unwrap();
+    assert_eq!(records(), before + 1, "trimming applied data is a record");
+    model[3 * mib as usize..][..64 << 10].fill(0);
+    // Once that trim is applied its range is a hole again: zeroing it is free.
+    written_back(&node).await;
+    let before = records();
+    Export::write_zeroes(&nbd(&vol), 3 * mib, 64 << 10, false, false)
+        .await
+        .unwrap();
+    assert_eq!(
+        records(),
+        before,
+        "the trimmed range reads as zeros for good"
+    );
+
+    assert_matches(&vol, &model, "before the reopen").await;
+    drop(vol);
+    node.shutdown();
+    drop(node);
+    let (node, vol) = open(dir.path());
+    assert_matches(&vol, &model, "after the reopen").await;
+    node.shutdown();
+}

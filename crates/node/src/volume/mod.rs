@@ -38,6 +38,8 @@ pub struct VolumeStats {
     pub writes: AtomicU64,
     pub write_bytes: AtomicU64,
     pub trims: AtomicU64,
+    /// Trims and write-zeroes acknowledged without a record: the range read as zeros already.
+    pub zeroings_elided: AtomicU64,
     pub errors: AtomicU64,
 }
 
