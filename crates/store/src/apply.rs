@@ -600,8 +600,10 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::under_pressure;
-    use super::{readback_run, Item};
+    use super::{readback_run, write_in_pieces, Item, IMAGE_WRITE_PIECE};
+    use mariner_disk::{Disk, MemDisk};
     use mariner_log::{LogAddr, RecordHeader, RecordKind, RECORD_HEADER_LEN};
+    use std::sync::Mutex;
 
     /// `n` write records of `payload` bytes each, back to back on device 0 from offset 0.
     fn back_to_back(n: usize, payload: u32) -> Vec<Item> {
@@ -639,6 +641,70 @@ mod tests {
         let n = readback_run(&items, 64 << 10);
         assert_eq!(n, 3, "three 16 KiB records and their headers fit in 64 KiB");
         assert_eq!(readback_run(&items, 1 << 20), 40);
+    }
+
+    /// A memory disk that remembers the `(offset, len)` of every write.
+    #[derive(Debug)]
+    struct Recording {
+        disk: MemDisk,
+        writes: Mutex<Vec<(u64, usize)>>,
+    }
+
+    impl Disk for Recording {
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+            self.disk.read_at(buf, offset)
+        }
+        fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+            if let Ok(mut w) = self.writes.lock() {
+                w.push((offset, buf.len()));
+            }
+            self.disk.write_at(buf, offset)
+        }
+        fn sync(&self) -> std::io::Result<()> {
+            self.disk.sync()
+        }
+        fn len(&self) -> std::io::Result<u64> {
+            self.disk.len()
+        }
+        fn set_len(&self, len: u64) -> std::io::Result<()> {
+            self.disk.set_len(len)
+        }
+    }
+
+    #[test]
+    fn payloads_reach_the_image_whole_in_aligned_pieces() {
+        let piece = IMAGE_WRITE_PIECE as usize;
+        let d = Recording {
+            disk: MemDisk::new(8 * piece),
+            writes: Mutex::default(),
+        };
+        // Unaligned at both ends, crossing four piece boundaries; then one inside a piece.
+        let payload: Vec<u8> = (0..4 * piece + 1000).map(|i| (i % 251) as u8).collect();
+        let at = (piece - 512) as u64;
+        write_in_pieces(&d, &payload, at).unwrap();
+        write_in_pieces(&d, &[7; 4096], 6 * piece as u64 + 4096).unwrap();
+        let writes = d.writes.lock().unwrap().clone();
+        assert_eq!(
+            writes.len(),
+            6 + 1,
+            "a head, four whole pieces and a tail; then one"
+        );
+        assert_eq!(writes[0], (at, 512));
+        for &(off, len) in &writes {
+            assert!(len > 0 && len <= piece);
+            let window = off / IMAGE_WRITE_PIECE;
+            assert_eq!(
+                (off + len as u64 - 1) / IMAGE_WRITE_PIECE,
+                window,
+                "{off}+{len}"
+            );
+        }
+        let image = d.disk.to_vec();
+        assert_eq!(
+            &image[at as usize..at as usize + payload.len()],
+            &payload[..]
+        );
+        assert_eq!(&image[6 * piece + 4096..6 * piece + 8192], &[7; 4096][..]);
     }
 
     #[test]
