@@ -32,10 +32,12 @@ const NO_SPACE_RETRY: Duration = Duration::from_secs(1);
 /// of it in the image. The page cache sizes a folio by the write that creates it, so one 1 MiB
 /// `pwrite` leaves a 1 MiB folio, and ext4 (Linux 6.16 on, large folios over buffer heads)
 /// walks every block of a folio on each later write into it and again when writing it back.
-/// A volume filled sequentially and then written 4 KiB at random cost 3.5× the CPU per write
-/// (fio, buffered 4 KiB writes with an fdatasync every 256: 8.5k writes/s after a 1 MiB fill,
-/// 20-27k after a 4 or 16 KiB fill; the applier spent 55% of its time in those walks).
-/// 16 KiB folios cost no more than 4 KiB ones there, and a 1 MiB record takes 64 writes.
+/// On a file filled with 1 MiB writes, buffered 4 KiB random writes with an fdatasync every
+/// 256 cost 88 µs of system CPU each (fio: 8.5k/s); after a 4 or 16 KiB fill, 9-11 µs
+/// (18-27k/s). The applier, writing back such writes on a volume filled sequentially, spent
+/// 55% of its CPU in those walks and 71 µs per record; with 16 KiB pieces 12-15 µs
+/// (bench/writeback.sh). 16 KiB folios cost no more than 4 KiB ones there; a 1 MiB record
+/// takes 64 writes (applying a sequential 1 GiB fill: 1.14 s of CPU instead of 0.97 s).
 const IMAGE_WRITE_PIECE: u64 = 16 << 10;
 
 /// Writes `payload` at `offset` of `disk` in pieces of at most [`IMAGE_WRITE_PIECE`] bytes,
