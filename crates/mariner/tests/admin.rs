@@ -789,6 +789,8 @@ fn log_verify_and_dump_inspect_the_log_offline() {
             "write -P 2 1M 4k",
             "write -P 3 2M 1M",
             "discard 2M 512k",
+            // Zeroes over data (zeroing what already reads as zeros needs no record).
+            "write -P 4 8M 64k",
             "write -z 8M 64k",
         ],
     );
