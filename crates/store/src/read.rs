@@ -74,9 +74,10 @@ impl Store {
         Ok(log.read(addr, seq)?)
     }
 
-    /// [`Store::log_read`] if the record is in memory; `None` if it would wait, or if its
-    /// space was reused meanwhile (then the range is in the image: the blocking read, which
-    /// looks again, finds it).
+    /// [`Store::log_read`] if the record is in memory; `None` if it would wait, or on any
+    /// error: its space may have been reused between the overlay lookup and this read (then
+    /// the range is in the image), and the blocking read, which looks again, decides. An
+    /// error of this path alone never reaches the client.
     fn log_read_cached(
         &self,
         addr: LogAddr,
@@ -86,10 +87,7 @@ impl Store {
             .log
             .get()
             .ok_or_else(|| StoreError::Failed("no log attached".into()))?;
-        match log.read_cached(addr, seq) {
-            Err(LogError::Gone { .. }) => Ok(None),
-            other => Ok(other?),
-        }
+        Ok(log.read_cached(addr, seq).ok().flatten())
     }
 
     /// Allocation of `[offset, offset+len)`, overlay first, then the image.
