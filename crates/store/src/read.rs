@@ -3,9 +3,9 @@
 use std::sync::atomic::Ordering::Relaxed;
 
 use mariner_disk::{Disk, Extent};
-use mariner_log::{LogAddr, LogError, RecordHeader};
+use mariner_log::{Log, LogAddr, LogError, RecordHeader};
 
-use crate::extents::Source;
+use crate::extents::{Source, Span};
 use crate::{Allocation, Image, Store, StoreError};
 
 impl Store {
@@ -27,49 +27,96 @@ impl Store {
     }
 
     fn read_once(&self, image: &Image, offset: u64, out: &mut [u8]) -> Result<(), StoreError> {
-        let end = offset + out.len() as u64;
-        let spans = match image.overlay.lock() {
-            Ok(o) => o.lookup(offset, end),
-            Err(_) => return Err(StoreError::Failed("lock poisoned".into())),
-        };
-        for s in spans {
+        self.fill(image, offset, out, Wait::Allowed).map(|_| ())
+    }
+
+    /// [`Store::read`] into `out` if it can be done without waiting for a device: every
+    /// piece is zeros, a payload the store holds in memory, or bytes of the image or of a
+    /// record in the log that are in the page cache ([`Disk::read_cached`]). `Ok(false)`:
+    /// some piece needs a read of the log or of the disk, `out` holds nothing usable, and
+    /// the caller uses [`Store::read`] where it may block. An async front end serves most
+    /// reads of recent or hot data on its own thread this way, without a hand-off to a
+    /// blocking pool.
+    pub fn read_cached(&self, id: u32, offset: u64, out: &mut [u8]) -> Result<bool, StoreError> {
+        let image = self.image(id)?;
+        Self::check_range(&image, offset, out.len() as u64)?;
+        let served = self.fill(&image, offset, out, Wait::Never)?;
+        if served {
+            self.stats.cached_reads.fetch_add(1, Relaxed);
+        }
+        Ok(served)
+    }
+
+    /// Fills `out` with the volume's bytes at `offset`, piece by piece as the overlay maps
+    /// them. With [`Wait::Never`], stops at the first piece that would wait for a device and
+    /// returns `false`.
+    fn fill(
+        &self,
+        image: &Image,
+        offset: u64,
+        out: &mut [u8],
+        wait: Wait,
+    ) -> Result<bool, StoreError> {
+        for s in Self::lookup(image, offset, offset + out.len() as u64)? {
             let dst = &mut out[(s.start - offset) as usize..(s.end - offset) as usize];
-            match s.piece {
-                None => image.disk.read_at(dst, s.start)?,
-                Some((_, Source::Zero)) => dst.fill(0),
-                Some((
-                    _,
-                    Source::Log {
-                        base,
-                        payload: Some(p),
-                        ..
-                    },
-                )) => {
-                    let from = (s.start - base) as usize;
-                    dst.copy_from_slice(&p[from..from + dst.len()]);
+            let served = match s.piece {
+                None if wait == Wait::Allowed => image.disk.read_at(dst, s.start).map(|()| true)?,
+                None => image.disk.read_cached(dst, s.start)?,
+                Some((_, Source::Zero)) => {
+                    dst.fill(0);
+                    true
                 }
                 Some((
                     seq,
                     Source::Log {
                         addr,
                         base,
-                        payload: None,
+                        payload,
                     },
                 )) => {
-                    let (_, payload) = self.log_read(addr, seq)?;
+                    let read;
+                    let bytes: &[u8] = match (&payload, wait) {
+                        (Some(p), _) => p,
+                        (None, Wait::Allowed) => {
+                            read = self.log_read(addr, seq)?.1;
+                            &read
+                        }
+                        (None, Wait::Never) => match self.log_read_cached(addr, seq)? {
+                            Some((_, p)) => {
+                                read = p;
+                                &read
+                            }
+                            None => return Ok(false),
+                        },
+                    };
                     let from = (s.start - base) as usize;
-                    dst.copy_from_slice(&payload[from..from + dst.len()]);
+                    dst.copy_from_slice(&bytes[from..from + dst.len()]);
+                    true
                 }
+            };
+            if !served {
+                return Ok(false);
             }
         }
-        Ok(())
+        Ok(true)
+    }
+
+    /// The overlay's spans over `[start, end)`.
+    fn lookup(image: &Image, start: u64, end: u64) -> Result<Vec<Span>, StoreError> {
+        match image.overlay.lock() {
+            Ok(o) => Ok(o.lookup(start, end)),
+            Err(_) => Err(StoreError::Failed("lock poisoned".into())),
+        }
+    }
+
+    fn log(&self) -> Result<&Log, StoreError> {
+        self.log
+            .get()
+            .ok_or_else(|| StoreError::Failed("no log attached".into()))
     }
 
     fn log_read(&self, addr: LogAddr, seq: u64) -> Result<(RecordHeader, Vec<u8>), StoreError> {
-        let log = self
-            .log
-            .get()
-            .ok_or_else(|| StoreError::Failed("no log attached".into()))?;
+        let log = self.log()?;
         self.stats.log_reads.fetch_add(1, Relaxed);
         Ok(log.read(addr, seq)?)
     }
@@ -83,11 +130,7 @@ impl Store {
         addr: LogAddr,
         seq: u64,
     ) -> Result<Option<(RecordHeader, Vec<u8>)>, StoreError> {
-        let log = self
-            .log
-            .get()
-            .ok_or_else(|| StoreError::Failed("no log attached".into()))?;
-        Ok(log.read_cached(addr, seq).ok().flatten())
+        Ok(self.log()?.read_cached(addr, seq).ok().flatten())
     }
 
     /// Allocation of `[offset, offset+len)`, overlay first, then the image.
@@ -99,10 +142,7 @@ impl Store {
     ) -> Result<Vec<(u64, Allocation)>, StoreError> {
         let image = self.image(id)?;
         Self::check_range(&image, offset, len)?;
-        let spans = match image.overlay.lock() {
-            Ok(o) => o.lookup(offset, offset + len),
-            Err(_) => return Err(StoreError::Failed("lock poisoned".into())),
-        };
+        let spans = Self::lookup(&image, offset, offset + len)?;
         let mut out: Vec<(u64, Allocation)> = Vec::new();
         for s in spans {
             match s.piece {
@@ -117,58 +157,15 @@ impl Store {
         }
         Ok(out)
     }
-    /// [`Store::read`] into `out` if it can be done without waiting for a device: every
-    /// piece is zeros, a payload the store holds in memory, or bytes of the image or of a
-    /// record in the log that are in the page cache ([`Disk::read_cached`]). `Ok(false)`: some piece needs a read of the log or of the
-    /// disk, `out` holds nothing usable, and the caller uses [`Store::read`] where it may
-    /// block. An async front end serves most reads of recent or hot data on its own thread
-    /// this way, without a hand-off to a blocking pool.
-    pub fn read_cached(&self, id: u32, offset: u64, out: &mut [u8]) -> Result<bool, StoreError> {
-        let image = self.image(id)?;
-        Self::check_range(&image, offset, out.len() as u64)?;
-        let spans = match image.overlay.lock() {
-            Ok(o) => o.lookup(offset, offset + out.len() as u64),
-            Err(_) => return Err(StoreError::Failed("lock poisoned".into())),
-        };
-        for s in spans {
-            let dst = &mut out[(s.start - offset) as usize..(s.end - offset) as usize];
-            match s.piece {
-                None => {
-                    if !image.disk.read_cached(dst, s.start)? {
-                        return Ok(false);
-                    }
-                }
-                Some((_, Source::Zero)) => dst.fill(0),
-                Some((
-                    _,
-                    Source::Log {
-                        base,
-                        payload: Some(p),
-                        ..
-                    },
-                )) => {
-                    let from = (s.start - base) as usize;
-                    dst.copy_from_slice(&p[from..from + dst.len()]);
-                }
-                Some((
-                    seq,
-                    Source::Log {
-                        addr,
-                        base,
-                        payload: None,
-                    },
-                )) => {
-                    let Some((_, payload)) = self.log_read_cached(addr, seq)? else {
-                        return Ok(false);
-                    };
-                    let from = (s.start - base) as usize;
-                    dst.copy_from_slice(&payload[from..from + dst.len()]);
-                }
-            }
-        }
-        self.stats.cached_reads.fetch_add(1, Relaxed);
-        Ok(true)
-    }
+}
+
+/// Whether a read may wait for a device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wait {
+    /// On a blocking thread: [`Store::read`].
+    Allowed,
+    /// On an async thread: [`Store::read_cached`] declines instead.
+    Never,
 }
 
 fn extent_kind(e: Extent) -> Allocation {
