@@ -57,6 +57,23 @@ async fn write(vol: &Arc<Volume>, model: &mut [u8], offset: u64, data: Vec<u8>) 
         .unwrap_or_else(|e| panic!("write at {offset}: {e}"));
 }
 
+/// Checks the volume against `model`, shuts the node down, reopens it (the records replayed
+/// from the log) and checks again.
+async fn assert_survives_reopen(dir: &Path, node: Arc<Node>, vol: Arc<Volume>, model: &[u8]) {
+    assert_matches(&vol, model, "before the reopen").await;
+    reopened_matches(dir, node, vol, model).await;
+}
+
+/// Shuts the node down, reopens it and checks the volume against `model`.
+async fn reopened_matches(dir: &Path, node: Arc<Node>, vol: Arc<Volume>, model: &[u8]) {
+    drop(vol);
+    node.shutdown();
+    drop(node);
+    let (node, vol) = open(dir);
+    assert_matches(&vol, model, "after the reopen").await;
+    node.shutdown();
+}
+
 async fn read(vol: &Arc<Volume>, offset: u64, len: u32) -> Vec<u8> {
     let data = Export::read(&nbd(vol), offset, len)
         .await
@@ -152,12 +169,7 @@ async fn partial_block_reads_and_writes_match_a_model_and_survive_a_reopen() {
         written as u64,
         "write_bytes counts the bytes the clients wrote"
     );
-    drop(vol);
-    node.shutdown();
-    drop(node);
-    let (node, vol) = open(dir.path());
-    assert_matches(&vol, &model, "after the reopen").await;
-    node.shutdown();
+    reopened_matches(dir.path(), node, vol, &model).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -194,13 +206,7 @@ async fn zeroing_partial_blocks_zeroes_exactly_those_bytes() {
             "around {len} bytes zeroed at {offset} (trim {trim})"
         );
     }
-    assert_matches(&vol, &model, "before the reopen").await;
-    drop(vol);
-    node.shutdown();
-    drop(node);
-    let (node, vol) = open(dir.path());
-    assert_matches(&vol, &model, "after the reopen").await;
-    node.shutdown();
+    assert_survives_reopen(dir.path(), node, vol, &model).await;
 }
 
 /// The block's expected contents when a whole-block write `whole` and a partial write `part`
@@ -360,11 +366,5 @@ async fn zeroing_what_reads_as_zeros_costs_no_record_and_data_is_still_zeroed() 
         "the trimmed range reads as zeros for good"
     );
 
-    assert_matches(&vol, &model, "before the reopen").await;
-    drop(vol);
-    node.shutdown();
-    drop(node);
-    let (node, vol) = open(dir.path());
-    assert_matches(&vol, &model, "after the reopen").await;
-    node.shutdown();
+    assert_survives_reopen(dir.path(), node, vol, &model).await;
 }
