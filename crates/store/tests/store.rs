@@ -175,21 +175,13 @@ fn reads_see_unapplied_writes_and_then_the_image() {
 #[test]
 fn a_cached_read_declines_what_only_the_log_device_holds() {
     for log_in_memory in [false, true] {
-        let dir = tempfile::tempdir().unwrap();
         // A FaultyDisk models a device: nothing of it is "cached". A MemDisk is memory.
         let log_disk: Arc<dyn Disk> = if log_in_memory {
             Arc::new(MemDisk::new(1 << 20))
         } else {
             Arc::new(FaultyDisk::new(1 << 20, 7))
         };
-        let logs = vec![log_disk];
-        Log::format(&logs, &log_cfg(), LOG_ID).unwrap();
-        let image: Arc<dyn Disk> = Arc::new(MemDisk::new(SIZE as usize));
-        let cfg = StoreConfig {
-            payload_budget_bytes: 0,
-            ..store_cfg(dir.path())
-        };
-        let n = open_with(dir.path(), &logs, image.clone(), true, cfg);
+        let (_dir, image, n) = fresh_node(log_disk, true, without_payloads);
         assert!(write(&n, 4096, vec![7; 4096]));
         assert!(trim(&n, 16384, 4096));
         let mut buf = vec![0xa5u8; 4096];
@@ -226,34 +218,43 @@ fn applied(n: &Node) -> u64 {
         .load(std::sync::atomic::Ordering::Relaxed)
 }
 
-/// A fresh node on memory disks whose applier defers as configured.
-fn write_back_node(idle_ms: u64, max_delay_ms: u64) -> (tempfile::TempDir, Arc<dyn Disk>, Node) {
+/// A fresh node on a new log `log` and a memory image, its store configured by `configure`.
+fn fresh_node(
+    log: Arc<dyn Disk>,
+    paused: bool,
+    configure: impl FnOnce(StoreConfig) -> StoreConfig,
+) -> (tempfile::TempDir, Arc<dyn Disk>, Node) {
     let dir = tempfile::tempdir().unwrap();
-    let logs: Vec<Arc<dyn Disk>> = vec![Arc::new(MemDisk::new(1 << 20))];
+    let logs = vec![log];
     Log::format(&logs, &log_cfg(), LOG_ID).unwrap();
     let image: Arc<dyn Disk> = Arc::new(MemDisk::new(SIZE as usize));
-    let cfg = StoreConfig {
+    let cfg = configure(store_cfg(dir.path()));
+    let n = open_with(dir.path(), &logs, image.clone(), paused, cfg);
+    (dir, image, n)
+}
+
+/// A fresh node on memory disks whose applier defers as configured.
+fn write_back_node(idle_ms: u64, max_delay_ms: u64) -> (tempfile::TempDir, Arc<dyn Disk>, Node) {
+    fresh_node(Arc::new(MemDisk::new(1 << 20)), false, |cfg| StoreConfig {
         apply_idle_ms: idle_ms,
         apply_max_delay_ms: max_delay_ms,
-        ..store_cfg(dir.path())
-    };
-    let n = open_with(dir.path(), &logs, image.clone(), false, cfg);
-    (dir, image, n)
+        ..cfg
+    })
+}
+
+/// No payloads kept in memory: every write is read back from the log.
+fn without_payloads(cfg: StoreConfig) -> StoreConfig {
+    StoreConfig {
+        payload_budget_bytes: 0,
+        ..cfg
+    }
 }
 
 /// With no payloads kept in memory the applier reads records back from the log, a run of
 /// consecutive records per read, across batches and around records without a payload.
 #[test]
 fn records_read_back_in_runs_reach_the_image() {
-    let dir = tempfile::tempdir().unwrap();
-    let logs: Vec<Arc<dyn Disk>> = vec![Arc::new(MemDisk::new(1 << 20))];
-    Log::format(&logs, &log_cfg(), LOG_ID).unwrap();
-    let image: Arc<dyn Disk> = Arc::new(MemDisk::new(SIZE as usize));
-    let cfg = StoreConfig {
-        payload_budget_bytes: 0,
-        ..store_cfg(dir.path())
-    };
-    let n = open_with(dir.path(), &logs, image.clone(), true, cfg);
+    let (_dir, image, n) = fresh_node(Arc::new(MemDisk::new(1 << 20)), true, without_payloads);
     let mut want = vec![0u8; 64 * 1024];
     let mut writes = 0;
     let mut waits = Vec::new();
