@@ -2,6 +2,8 @@
 //! directory with port 0, find its ports in `ports.json`, run real clients against it.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod cli;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
