@@ -72,23 +72,33 @@ impl Volume {
     /// threads, where the store may wait for the log or the image's device.
     pub(crate) async fn read_bytes(&self, offset: u64, len: u64) -> Result<Vec<u8>, VolumeError> {
         let m = self.check(offset, len, false)?;
-        let mut data = Vec::new();
-        let cached = len <= INLINE_READ_MAX && {
-            data.resize(len as usize, 0);
-            self.store
-                .read_cached(m.id, offset, &mut data)
-                .map_err(VolumeError::Store)?
+        let data = match self.read_inline(m, offset, len)? {
+            Some(data) => data,
+            None => {
+                let store = Arc::clone(&self.store);
+                let r = tokio::task::spawn_blocking(move || store.read(m.id, offset, len)).await;
+                r.map_err(|e| VolumeError::Task(e.to_string()))?
+                    .map_err(VolumeError::Store)?
+            }
         };
-        if !cached {
-            let store = Arc::clone(&self.store);
-            let r = tokio::task::spawn_blocking(move || store.read(m.id, offset, len)).await;
-            data = r
-                .map_err(|e| VolumeError::Task(e.to_string()))?
-                .map_err(VolumeError::Store)?;
-        }
         self.stats.reads.fetch_add(1, Relaxed);
         self.stats.read_bytes.fetch_add(len, Relaxed);
         Ok(data)
+    }
+
+    /// The bytes of a read small enough to copy on this thread, if they are all in memory.
+    fn read_inline(
+        &self,
+        m: Checked,
+        offset: u64,
+        len: u64,
+    ) -> Result<Option<Vec<u8>>, VolumeError> {
+        if len > INLINE_READ_MAX {
+            return Ok(None);
+        }
+        let mut data = vec![0u8; len as usize];
+        let served = self.store.read_cached(m.id, offset, &mut data);
+        Ok(served.map_err(VolumeError::Store)?.then_some(data))
     }
 
     /// Writes `data` at `offset`, durably. Whole blocks go straight to the log; a write that
