@@ -4,8 +4,8 @@
 //! - [`format`]: the superblock and record layouts (pure; docs/FORMATS.md).
 //! - [`scan`]: parsing segments back, stopping at torn or stale records.
 //! - `recover`: merging devices by sequence number, voiding gaps, deciding where to resume.
-//! - `writer`: the dispatcher thread running the placement policy (mariner-placement) and one
-//!   I/O thread per device; its decisions are in the clock-free [`Dispatch`].
+//! - `writer`: the dispatcher running the placement policy (mariner-placement) and the I/O
+//!   threads of each device; its decisions are in the clock-free [`Dispatch`].
 //!
 //! Consumers (the current-image store now; history and replicas later) learn of durable records
 //! through a [`DurableSink`] and tell the log how far they are durable with [`Log::release`]; log

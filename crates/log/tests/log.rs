@@ -584,3 +584,62 @@ fn two_devices_share_the_load() {
         "both devices written"
     );
 }
+
+/// A sink that holds up the first delivery until the gate opens.
+#[derive(Default)]
+struct Gated {
+    open: Mutex<bool>,
+    opened: std::sync::Condvar,
+    seen: Mutex<Vec<u64>>,
+}
+
+impl DurableSink for Gated {
+    fn durable(&self, records: &[Durable]) {
+        let mut open = self.open.lock().unwrap();
+        while !*open {
+            open = self.opened.wait(open).unwrap();
+        }
+        drop(open);
+        let mut seen = self.seen.lock().unwrap();
+        seen.extend(records.iter().map(|r| r.header.seq));
+    }
+}
+
+/// While a finished batch is being acknowledged (its consumers and waiters woken), the device
+/// already writes the next one; the acknowledgements stay in order all the same.
+#[test]
+fn the_next_batch_is_written_while_the_last_one_is_acknowledged() {
+    let devs: Vec<Arc<dyn Disk>> = vec![Arc::new(MemDisk::new(1 << 20))];
+    Log::format(&devs, &cfg(), LOG_ID).unwrap();
+    let sink = Arc::new(Gated::default());
+    let (log, _) = Log::open(devs, cfg(), LOG_ID, 0, 0, sink.clone()).unwrap();
+    let first = log.append(Entry::write(1, 0, payload(1, 512))).unwrap();
+    let writes = |log: &Log| log.stats().device_write_us.snapshot().2;
+    let waited = |want: u64| {
+        let until = std::time::Instant::now() + Duration::from_secs(20);
+        while writes(&log) < want && std::time::Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        writes(&log)
+    };
+    assert_eq!(waited(1), 1, "the first batch is written");
+    // Its acknowledgement now waits at the gate; the next record is written regardless.
+    let mut second = log.append(Entry::write(1, 512, payload(2, 512))).unwrap();
+    assert_eq!(
+        waited(2),
+        2,
+        "the second batch is written while the first waits"
+    );
+    std::thread::sleep(Duration::from_millis(20));
+    assert!(
+        second.try_recv().is_err(),
+        "the second record is not acknowledged before the first"
+    );
+    assert!(sink.seen.lock().unwrap().is_empty());
+    *sink.open.lock().unwrap() = true;
+    sink.opened.notify_all();
+    assert_eq!(first.blocking_recv().unwrap().unwrap().seq, 1);
+    assert_eq!(second.blocking_recv().unwrap().unwrap().seq, 2);
+    assert_eq!(*sink.seen.lock().unwrap(), vec![1, 2]);
+    log.shutdown();
+}
