@@ -16,6 +16,7 @@ pub mod logdevices;
 pub mod metrics;
 pub mod nbd;
 mod node;
+mod read_buffers;
 pub mod reservations;
 pub mod serve;
 pub mod volume;

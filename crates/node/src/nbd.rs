@@ -11,6 +11,7 @@ use mariner_log::LogError;
 use mariner_nbd::{Allocation as NbdAllocation, Export, ExportError, ExportInfo};
 use mariner_store::{Allocation, StoreError};
 
+use crate::read_buffers::{ReadBuffers, POOLED_MIN, READ_BUFFERS};
 use crate::volume::{ReadPath, VolumeError, WritePath, Zeroing};
 
 /// A volume (or anything with its write path) as an NBD export.
@@ -76,11 +77,15 @@ impl<V: WritePath + 'static> Export for NbdExport<V> {
     }
 
     async fn read(&self, offset: u64, len: u32) -> Result<Bytes, ExportError> {
-        self.0
-            .read(offset, u64::from(len))
-            .await
-            .map(Bytes::from)
-            .map_err(nbd_error)
+        let len = len as usize;
+        if len < POOLED_MIN {
+            let data = self.0.read(offset, len as u64).await;
+            return data.map(Bytes::from).map_err(nbd_error);
+        }
+        // A large read goes into a kept buffer, which the reply gives back once sent.
+        let buf = READ_BUFFERS.take(len);
+        let data = self.0.read_into(offset, buf).await.map_err(nbd_error)?;
+        Ok(ReadBuffers::shared(data))
     }
 
     async fn write(&self, offset: u64, data: Bytes, _fua: bool) -> Result<(), ExportError> {

@@ -368,3 +368,29 @@ async fn zeroing_what_reads_as_zeros_costs_no_record_and_data_is_still_zeroed() 
 
     assert_survives_reopen(dir.path(), node, vol, &model).await;
 }
+
+/// Large reads go into buffers kept from earlier reads: a read of never-written, zeroed or
+/// other data after one of a pattern shows none of the pattern.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_reads_into_reused_buffers_show_only_what_they_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let (node, vol) = open(dir.path());
+    let mut model = vec![0u8; VOLUME_BYTES as usize];
+    let mib = 1u64 << 20;
+    write(&vol, &mut model, 0, pattern(1, mib as usize)).await;
+    write(&vol, &mut model, 2 * mib, pattern(2, (mib / 2) as usize)).await;
+    let zeroed = Export::write_zeroes(&nbd(&vol), 2 * mib + 4096, 8192, false, false).await;
+    zeroed.unwrap();
+    model[(2 * mib + 4096) as usize..(2 * mib + 12288) as usize].fill(0);
+    for round in 0..2 {
+        for at in [0, mib, 0, 2 * mib, 0, 3 * mib] {
+            let got = read(&vol, at, mib as u32).await;
+            assert!(
+                got == model[at as usize..(at + mib) as usize],
+                "round {round}: 1 MiB read at {at} differs from the model"
+            );
+        }
+        written_back(&node).await;
+    }
+    node.shutdown();
+}

@@ -15,12 +15,25 @@ impl Store {
         let image = self.image(id)?;
         Self::check_range(&image, offset, len)?;
         let mut out = vec![0u8; len as usize];
+        self.read_checked(&image, offset, &mut out)?;
+        Ok(out)
+    }
+
+    /// [`Store::read`] into `out` (`out.len()` bytes at `offset`), which it overwrites whole:
+    /// a buffer a caller reuses reads the same as a new one.
+    pub fn read_into(&self, id: u32, offset: u64, out: &mut [u8]) -> Result<(), StoreError> {
+        let image = self.image(id)?;
+        Self::check_range(&image, offset, out.len() as u64)?;
+        self.read_checked(&image, offset, out)
+    }
+
+    fn read_checked(&self, image: &Image, offset: u64, out: &mut [u8]) -> Result<(), StoreError> {
         // A record read back from the log may be reused under us once applied and released;
         // then its range is in the image, and the next lookup says so.
         for _ in 0..8 {
-            match self.read_once(&image, offset, &mut out) {
+            match self.read_once(image, offset, out) {
                 Err(StoreError::Log(LogError::Gone { .. })) => continue,
-                other => return other.map(|()| out),
+                other => return other,
             }
         }
         Err(StoreError::Failed("record kept moving under a read".into()))

@@ -129,6 +129,10 @@ fn reads_see_unapplied_writes_and_then_the_image() {
     assert!(n.store.read_cached(VOL, 0, &mut cached).unwrap());
     assert_eq!(cached, want, "cached read before apply");
     assert_eq!(n.store.stats().log_reads.load(Relaxed), log_reads);
+    // A reused buffer is overwritten whole: holes, zeroed and written pieces alike.
+    let mut reused = vec![0x5au8; 16384];
+    n.store.read_into(VOL, 0, &mut reused).unwrap();
+    assert_eq!(reused, want, "read into a reused buffer before apply");
     let mut raw = vec![0u8; 16384];
     image.read_at(&mut raw, 0).unwrap();
     assert_eq!(raw, vec![0u8; 16384], "nothing applied while paused");
@@ -163,6 +167,13 @@ fn reads_see_unapplied_writes_and_then_the_image() {
     );
     assert!(n.store.read_cached(VOL, 0, &mut cached).unwrap());
     assert_eq!(cached, want, "cached read after apply");
+    reused.fill(0x5a);
+    n.store.read_into(VOL, 0, &mut reused).unwrap();
+    assert_eq!(reused, want, "read into a reused buffer after apply");
+    assert!(n
+        .store
+        .read_into(VOL, SIZE - 512, &mut reused[..1024])
+        .is_err());
     assert!(n.store.read(VOL, SIZE - 512, 1024).is_err(), "out of range");
     assert!(n
         .store

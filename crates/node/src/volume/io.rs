@@ -72,33 +72,48 @@ impl Volume {
     /// threads, where the store may wait for the log or the image's device.
     pub(crate) async fn read_bytes(&self, offset: u64, len: u64) -> Result<Vec<u8>, VolumeError> {
         let m = self.check(offset, len, false)?;
-        let data = match self.read_inline(m, offset, len)? {
-            Some(data) => data,
-            None => {
-                let store = Arc::clone(&self.store);
-                let r = tokio::task::spawn_blocking(move || store.read(m.id, offset, len)).await;
-                r.map_err(|e| VolumeError::Task(e.to_string()))?
-                    .map_err(VolumeError::Store)?
-            }
-        };
-        self.stats.reads.fetch_add(1, Relaxed);
-        self.stats.read_bytes.fetch_add(len, Relaxed);
-        Ok(data)
+        self.read_checked(m, offset, vec![0u8; len as usize]).await
     }
 
-    /// The bytes of a read small enough to copy on this thread, if they are all in memory.
-    fn read_inline(
+    /// [`Volume::read_bytes`] into `buf`, `buf.len()` bytes at `offset`; every byte of it is
+    /// overwritten, so a reused buffer reads the same as a new one.
+    pub(crate) async fn read_bytes_into(
+        &self,
+        offset: u64,
+        buf: Vec<u8>,
+    ) -> Result<Vec<u8>, VolumeError> {
+        let m = self.check(offset, buf.len() as u64, false)?;
+        self.read_checked(m, offset, buf).await
+    }
+
+    async fn read_checked(
         &self,
         m: Checked,
         offset: u64,
-        len: u64,
-    ) -> Result<Option<Vec<u8>>, VolumeError> {
-        if len > INLINE_READ_MAX {
-            return Ok(None);
+        mut buf: Vec<u8>,
+    ) -> Result<Vec<u8>, VolumeError> {
+        let len = buf.len() as u64;
+        if !self.read_inline(m, offset, &mut buf)? {
+            let store = Arc::clone(&self.store);
+            let read = move || store.read_into(m.id, offset, &mut buf).map(|()| buf);
+            buf = tokio::task::spawn_blocking(read)
+                .await
+                .map_err(|e| VolumeError::Task(e.to_string()))?
+                .map_err(VolumeError::Store)?;
         }
-        let mut data = vec![0u8; len as usize];
-        let served = self.store.read_cached(m.id, offset, &mut data);
-        Ok(served.map_err(VolumeError::Store)?.then_some(data))
+        self.stats.reads.fetch_add(1, Relaxed);
+        self.stats.read_bytes.fetch_add(len, Relaxed);
+        Ok(buf)
+    }
+
+    /// Whether a read small enough to copy on this thread was served into `buf`, everything
+    /// it asks for being in memory.
+    fn read_inline(&self, m: Checked, offset: u64, buf: &mut [u8]) -> Result<bool, VolumeError> {
+        if buf.len() as u64 > INLINE_READ_MAX {
+            return Ok(false);
+        }
+        let served = self.store.read_cached(m.id, offset, buf);
+        served.map_err(VolumeError::Store)
     }
 
     /// Writes `data` at `offset`, durably. Whole blocks go straight to the log; a write that

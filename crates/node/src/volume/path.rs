@@ -48,6 +48,15 @@ pub trait ReadPath: Send + Sync {
         len: u64,
     ) -> impl Future<Output = Result<Vec<u8>, VolumeError>> + Send;
 
+    /// [`ReadPath::read`] into `buf`: `buf.len()` bytes at `offset`. Every byte of `buf` is
+    /// overwritten, so a front end may reuse its buffers (a new one per large read cost a
+    /// page fault per 4 KiB of it).
+    fn read_into(
+        &self,
+        offset: u64,
+        buf: Vec<u8>,
+    ) -> impl Future<Output = Result<Vec<u8>, VolumeError>> + Send;
+
     /// How `[offset, offset + len)` (clipped to the volume) is allocated, as runs in order.
     fn allocation(
         &self,
@@ -113,6 +122,10 @@ impl ReadPath for Volume {
 
     async fn read(&self, offset: u64, len: u64) -> Result<Vec<u8>, VolumeError> {
         self.read_bytes(offset, len).await
+    }
+
+    async fn read_into(&self, offset: u64, buf: Vec<u8>) -> Result<Vec<u8>, VolumeError> {
+        self.read_bytes_into(offset, buf).await
     }
 
     async fn allocation(
