@@ -5,8 +5,9 @@
 //! with the next sequence number and a strictly rising timestamp, lets the policy decide which
 //! device writes it and when, lays the batch out (headers, payloads, padding) and hands it to
 //! the device's thread, which writes it and makes it durable (`O_DSYNC`, or write + fdatasync).
-//! When a batch is durable the device thread first lets the policy place the next batch (a spare
-//! thread of the device writes it), then tells the consumer sink and acknowledges each waiter. After an I/O error the log fails: nothing is retried, every waiter and every later
+//! When a batch is durable the device thread first lets the policy place the next batch (a
+//! spare thread of the device writes it), then tells the consumer sink and acknowledges each
+//! waiter. After an I/O error the log fails: nothing is retried, every waiter and every later
 //! append gets [`LogError::Failed`].
 //!
 //! The dispatcher is not a thread of its own: its state ([`Shared`]) sits behind one mutex,
@@ -431,42 +432,42 @@ pub(crate) fn finish_job(
     job: DevJob,
     result: std::io::Result<()>,
 ) -> bool {
-    if result.is_ok() {
-        // The device is free: the policy places the next batch first, and the device's spare
-        // thread writes it while this one wakes the consumers and waiters (that took about a
-        // sixth of every batch's turn on the device when the next batch waited for it).
-        let Some(mut w) = shared.lock() else {
-            return false;
-        };
-        w.recycle(job.buf);
-        let actions = w.done(ctx.dev, Ok(()), Vec::new());
-        shared.execute(&mut w, actions);
-        drop(w);
-        let failed = ctx.finish(job.ticket, true, job.batch);
-        if failed.is_empty() {
-            return true;
-        }
-        // An earlier write of the device failed: the log has failed already.
-        let Some(mut w) = shared.lock() else {
-            return false;
-        };
-        let why = std::io::Error::other("an earlier write of the device failed");
-        let actions = w.done(ctx.dev, Err(why), failed);
-        shared.execute(&mut w, actions);
+    if let Err(e) = result {
+        let failed = ctx.finish(job.ticket, false, job.batch);
+        return tell_policy(shared, ctx.dev, Some(job.buf), Err(e), failed);
+    }
+    // The device is free: the policy places the next batch first, and the device's spare
+    // thread writes it while this one wakes the consumers and waiters (that took about a
+    // sixth of every batch's turn on the device when the next batch waited for it).
+    if !tell_policy(shared, ctx.dev, Some(job.buf), Ok(()), Vec::new()) {
+        return false;
+    }
+    let failed = ctx.finish(job.ticket, true, job.batch);
+    if failed.is_empty() {
         return true;
     }
-    let failed = ctx.finish(job.ticket, result.is_ok(), job.batch);
-    let result = match (result, failed.is_empty()) {
-        (Ok(()), false) => Err(std::io::Error::other(
-            "an earlier write of the device failed",
-        )),
-        (r, _) => r,
-    };
+    // An earlier write of the device failed: the log has failed already.
+    let why = std::io::Error::other("an earlier write of the device failed");
+    tell_policy(shared, ctx.dev, None, Err(why), failed)
+}
+
+/// Tells the policy that device `dev` finished a write with `result` (failing the batches
+/// `failed`), keeps the batch's buffer for a later batch and executes what the policy decides.
+/// Returns false once the dispatcher is gone.
+fn tell_policy(
+    shared: &Shared,
+    dev: usize,
+    buf: Option<AlignedBuf>,
+    result: std::io::Result<()>,
+    failed: Vec<Pending>,
+) -> bool {
     let Some(mut w) = shared.lock() else {
         return false;
     };
-    w.recycle(job.buf);
-    let actions = w.done(ctx.dev, result, failed);
+    if let Some(buf) = buf {
+        w.recycle(buf);
+    }
+    let actions = w.done(dev, result, failed);
     shared.execute(&mut w, actions);
     true
 }
