@@ -9,8 +9,8 @@ use common::cli::*;
 use common::*;
 use serde_json::Value;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output};
+use std::time::Duration;
 
 const MIB: u64 = 1 << 20;
 
@@ -19,45 +19,19 @@ const MIB: u64 = 1 << 20;
 /// say otherwise: the ports are bound before the data directory is looked at, and tests in
 /// parallel must not contend for 3260.
 fn serve_expect_exit(data: &Path, args: &[&str]) -> Output {
-    let errfile = data.with_extension(format!("fail-{}.log", std::process::id()));
-    let err = std::fs::File::create(&errfile).unwrap();
     let iscsi: &[&str] = if args.contains(&"--iscsi-listen") {
         &[]
     } else {
         &["--iscsi-listen", "127.0.0.1:0"]
     };
-    let mut child = Command::new(mariner_bin())
+    let mut serve = Command::new(mariner_bin());
+    serve
         .arg("serve")
         .arg("--data")
         .arg(data)
         .args(iscsi)
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(err)
-        .spawn()
-        .unwrap();
-    let start = Instant::now();
-    let status = loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            break st;
-        }
-        if start.elapsed() > Duration::from_secs(20) {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "mariner serve {args:?} kept running: {}",
-                std::fs::read_to_string(&errfile).unwrap_or_default()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let stderr = std::fs::read(&errfile).unwrap();
-    let _ = std::fs::remove_file(&errfile);
-    Output {
-        status,
-        stdout: Vec::new(),
-        stderr,
-    }
+        .args(args);
+    output_within(&mut serve, Duration::from_secs(20))
 }
 
 fn assert_fails(o: &Output, msg: &str, what: &str) {
