@@ -8,7 +8,12 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use mariner_disk::Disk;
-use mariner_log::{Durable, DurableSink, Entry, Log, LogConfig, RecordKind, ReplayPlan};
+use mariner_log::{
+    Durable, DurableSink, Entry, Holder, HolderSpec, Log, LogConfig, RecordKind, ReplayPlan,
+};
+
+/// The name BOSC holds its own log's space under: it releases behind each checkpoint.
+const LOG_HOLDER: &str = "bosc";
 
 use crate::format::{
     check_block, seal_block, Checkpoint, CheckpointError, DiskId, Geometry, LoggedMod, Op,
@@ -362,6 +367,8 @@ struct Inner<A> {
     disk_id: DiskId,
     cfg: BoscConfig,
     log: Option<(Log, u32)>,
+    /// Its hold on the own log's space, released behind each checkpoint.
+    holder: Option<Holder>,
     state: Mutex<State>,
     wake: Condvar,
     /// Signalled when a burst leaves `State::undurable` or the engine fails.
@@ -495,12 +502,17 @@ impl<A: BlockApp> Bosc<A> {
                 log_id,
                 volume,
             } => {
+                let holders = [HolderSpec::must_hold(LOG_HOLDER, ck.checkpoint, 0)];
                 let (log, rec) =
-                    Log::open_streaming(devices, log, log_id, ck.checkpoint, 0, Arc::new(NoSink))?;
+                    Log::open_streaming(devices, log, log_id, &holders, Arc::new(NoSink))?;
                 state.max_seen = rec.last_seq.max(ck.checkpoint);
                 replay = Some(rec.replay);
                 Some((log, volume))
             }
+        };
+        let holder = match &log {
+            Some((log, _)) => Some(log.holder(LOG_HOLDER)?),
+            None => None,
         };
         let cfg_budget = cfg.memory_budget_bytes;
         let inner = Arc::new(Inner {
@@ -510,6 +522,7 @@ impl<A: BlockApp> Bosc<A> {
             disk_id: ck.disk_id,
             cfg,
             log,
+            holder,
             state: Mutex::new(state),
             wake: Condvar::new(),
             durable: Condvar::new(),
@@ -1769,9 +1782,9 @@ impl<A: BlockApp> Inner<A> {
             st.ckpt_counter = counter;
             st.durable_ckpt = ckpt;
         }
-        if let Some((log, _)) = &self.log {
+        if let Some(holder) = &self.holder {
             // Log space behind the global frontier is recycled.
-            log.release(ckpt);
+            holder.release(ckpt);
         }
         Ok(())
     }

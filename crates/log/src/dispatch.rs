@@ -5,6 +5,8 @@ use std::collections::VecDeque;
 
 use mariner_placement::{Action, DeviceModel, Nanos, Policy, PolicyError};
 
+use crate::holders::{Hold, HoldKind};
+
 /// The dispatcher's clock-free core: the placement policy plus the log's segment bookkeeping.
 ///
 /// Refactor note (issue 5): these calls used to sit inline in `Writer`, which read
@@ -13,24 +15,29 @@ use mariner_placement::{Action, DeviceModel, Nanos, Policy, PolicyError};
 /// passes virtual time. What stays in `Writer` is I/O and acknowledgement: record headers,
 /// buffers, device threads, waiters, stats. Use it as the thread does: [`Dispatch::submit`] per
 /// appended record, [`Dispatch::completed`] per finished device write, [`Dispatch::poll`] at
-/// [`Dispatch::next_deadline`], [`Dispatch::release`] when consumers release; pass every
+/// [`Dispatch::next_deadline`], [`Dispatch::release`] when a holder releases; pass every
 /// returned [`Action`] to [`Dispatch::account`] before executing it.
+///
+/// Segments are reused behind the holders' watermarks (crate::holders): below the lowest at
+/// once; when requests wait for space, below the must-hold and bounded holders' by cutting the
+/// shrinkable ones; and a bounded holder that keeps more than its limit is cut to it.
 #[derive(Debug)]
 pub struct Dispatch<M> {
     policy: Policy<M>,
     /// Per device: segments holding records not yet released (segment, highest seq written
     /// into it), oldest first; the back is current.
     in_use: Vec<VecDeque<(u64, u64)>>,
-    released: u64,
+    /// The holders' watermarks, in the order they were opened with.
+    holds: Vec<Hold>,
 }
 
 impl<M: DeviceModel> Dispatch<M> {
-    /// `in_use` per device as recovery found it; `released` the consumers' watermark.
-    pub fn new(policy: Policy<M>, in_use: Vec<VecDeque<(u64, u64)>>, released: u64) -> Self {
+    /// `in_use` per device as recovery found it; `holds` the holders' watermarks.
+    pub fn new(policy: Policy<M>, in_use: Vec<VecDeque<(u64, u64)>>, holds: Vec<Hold>) -> Self {
         Self {
             policy,
             in_use,
-            released,
+            holds,
         }
     }
 
@@ -53,18 +60,29 @@ impl<M: DeviceModel> Dispatch<M> {
         self.policy.poll(now)
     }
 
-    /// Record `seq`, `bytes` long with its header, was appended at `now`.
-    pub fn submit(&mut self, seq: u64, bytes: u64, now: Nanos) -> Result<Vec<Action>, PolicyError> {
-        self.policy.submit(seq, bytes, now)
+    /// Record `seq`, `bytes` long with its header, was appended at `now`. If it has to wait
+    /// for space, shrinkable holders are cut to make it (returned segments freed).
+    pub fn submit(
+        &mut self,
+        seq: u64,
+        bytes: u64,
+        now: Nanos,
+    ) -> Result<(Vec<Action>, u64), PolicyError> {
+        let mut actions = self.policy.submit(seq, bytes, now)?;
+        let freed = self.make_room(now, &mut actions);
+        Ok((actions, freed))
     }
 
-    /// Records `(seq, bytes)` that arrived together at `now` ([`Policy::submit_burst`]).
+    /// Records `(seq, bytes)` that arrived together at `now` ([`Policy::submit_burst`]); as
+    /// [`Dispatch::submit`].
     pub fn submit_burst(
         &mut self,
         reqs: &[(u64, u64)],
         now: Nanos,
-    ) -> Result<Vec<Action>, PolicyError> {
-        self.policy.submit_burst(reqs, now)
+    ) -> Result<(Vec<Action>, u64), PolicyError> {
+        let mut actions = self.policy.submit_burst(reqs, now)?;
+        let freed = self.make_room(now, &mut actions);
+        Ok((actions, freed))
     }
 
     /// Device `dev` reported its write durable at `now`.
@@ -72,32 +90,149 @@ impl<M: DeviceModel> Dispatch<M> {
         self.policy.completed(dev, now).unwrap_or_default()
     }
 
-    /// Consumers are durable up to `seq`: frees every segment (but a device's current one)
-    /// whose records are all at or below it. Returns the policy's actions and the number of
-    /// segments freed.
-    pub fn release(&mut self, seq: u64, now: Nanos) -> (Vec<Action>, u64) {
-        self.released = self.released.max(seq);
-        let mut actions = Vec::new();
-        let mut freed = 0;
-        for dev in 0..self.in_use.len() {
-            // A segment is freed once every record in it is released — and no sealed batch is
-            // still queued to be written into it (its records are not accounted yet).
-            while self.in_use[dev].len() > 1
-                && self.in_use[dev].front().is_some_and(|s| {
-                    s.1 <= self.released && !self.policy.has_queued_write(dev, s.0)
-                })
-            {
-                self.in_use[dev].pop_front();
-                freed += 1;
-                actions.extend(self.policy.segment_released(dev, now).unwrap_or_default());
-            }
+    /// Holder `holder` no longer needs the records at or below `seq`: frees every segment (but
+    /// a device's current one) whose records are all at or below every holder's watermark,
+    /// then cuts holders as their kinds allow (see the type's docs). Returns the policy's
+    /// actions and the number of segments freed.
+    pub fn release(&mut self, holder: usize, seq: u64, now: Nanos) -> (Vec<Action>, u64) {
+        if let Some(h) = self.holds.get_mut(holder) {
+            h.released = h.released.max(seq);
         }
+        let mut actions = Vec::new();
+        let freed = self.make_room(now, &mut actions);
         (actions, freed)
     }
 
-    /// The consumers' watermark.
+    /// The holders' watermarks and cuts, in the order they were opened with.
+    pub fn holds(&self) -> &[Hold] {
+        &self.holds
+    }
+
+    /// The lowest watermark: segments at or below it are free.
     pub fn released(&self) -> u64 {
-        self.released
+        self.floor(|_| true)
+    }
+
+    /// In-use segments holding a record above `seq`, and each device's current one, over all
+    /// devices: what a holder at `seq` keeps from reuse.
+    pub fn segments_above(&self, seq: u64) -> u64 {
+        let above = |d: &VecDeque<(u64, u64)>| {
+            let current = d.len().saturating_sub(1);
+            let held = d.iter().enumerate().filter(|&(i, s)| s.1 > seq || i == current);
+            held.count() as u64
+        };
+        self.in_use.iter().map(above).sum()
+    }
+
+    /// The lowest watermark of the holders `which` selects; `u64::MAX` when it selects none.
+    fn floor(&self, which: impl Fn(&Hold) -> bool) -> u64 {
+        self.holds
+            .iter()
+            .filter(|h| which(h))
+            .map(|h| h.released)
+            .min()
+            .unwrap_or(u64::MAX)
+    }
+
+    /// Frees what the watermarks allow, cuts bounded holders over their limit and, while
+    /// requests wait for space, shrinkable holders; returns the number of segments freed.
+    fn make_room(&mut self, now: Nanos, actions: &mut Vec<Action>) -> u64 {
+        let mut freed = self.free_below(self.floor(|_| true), now, actions);
+        freed += self.cut_bounded(now, actions);
+        // Writers wait: let go of the oldest segment the must-hold and bounded holders allow,
+        // cutting every shrinkable holder that still needed it, until they stop waiting.
+        let hard = self.floor(|h| h.kind != HoldKind::Shrinkable);
+        while self.policy.stalled() > 0 {
+            let Some((dev, max_seq)) = self.oldest_freeable(hard) else {
+                break;
+            };
+            for h in &mut self.holds {
+                if h.kind == HoldKind::Shrinkable {
+                    h.cut(max_seq);
+                }
+            }
+            self.free_front(dev, now, actions);
+            freed += 1 + self.free_below(self.floor(|_| true), now, actions);
+        }
+        freed
+    }
+
+    /// Cuts each bounded holder that keeps more segments beyond the must-hold holders'
+    /// watermark than its limit allows, oldest first, down to its limit.
+    fn cut_bounded(&mut self, now: Nanos, actions: &mut Vec<Action>) -> u64 {
+        let segment_bytes = self.policy.config().segment_bytes.max(1);
+        let must = self.floor(|h| h.kind == HoldKind::MustHold);
+        let mut freed = 0;
+        for i in 0..self.holds.len() {
+            let HoldKind::Bounded { max_bytes } = self.holds[i].kind else {
+                continue;
+            };
+            let limit = max_bytes / segment_bytes;
+            loop {
+                let released = self.holds[i].released;
+                let beyond = self.segments_above(released) - self.segments_above(must.max(released));
+                if beyond <= limit {
+                    break;
+                }
+                // Its oldest segments beyond the must-hold watermark go first.
+                let Some(next) = self.oldest_above(released) else {
+                    break;
+                };
+                self.holds[i].cut(next);
+                freed += self.free_below(self.floor(|_| true), now, actions);
+            }
+        }
+        freed
+    }
+
+    /// The lowest highest-sequence-number among in-use segments above `seq`: cutting a holder
+    /// at `seq` to it frees its oldest held segment.
+    fn oldest_above(&self, seq: u64) -> Option<u64> {
+        self.in_use
+            .iter()
+            .flatten()
+            .map(|s| s.1)
+            .filter(|&m| m > seq)
+            .min()
+    }
+
+    /// The device whose oldest segment may go (not its current one, no batch queued into it,
+    /// every record at or below `hard`) with the lowest highest sequence number, and that
+    /// number.
+    fn oldest_freeable(&self, hard: u64) -> Option<(usize, u64)> {
+        (0..self.in_use.len())
+            .filter_map(|dev| {
+                let d = &self.in_use[dev];
+                let &(segment, max_seq) = d.front()?;
+                let free = d.len() > 1
+                    && max_seq <= hard
+                    && !self.policy.has_queued_write(dev, segment);
+                free.then_some((dev, max_seq))
+            })
+            .min_by_key(|&(_, max_seq)| max_seq)
+    }
+
+    /// Frees, on every device, the oldest segments (but the current one) whose records are
+    /// all at or below `seq` — and into which no sealed batch is still queued (its records
+    /// are not accounted yet).
+    fn free_below(&mut self, seq: u64, now: Nanos, actions: &mut Vec<Action>) -> u64 {
+        let mut freed = 0;
+        for dev in 0..self.in_use.len() {
+            while self.in_use[dev].len() > 1
+                && self.in_use[dev]
+                    .front()
+                    .is_some_and(|s| s.1 <= seq && !self.policy.has_queued_write(dev, s.0))
+            {
+                self.free_front(dev, now, actions);
+                freed += 1;
+            }
+        }
+        freed
+    }
+
+    fn free_front(&mut self, dev: usize, now: Nanos, actions: &mut Vec<Action>) {
+        self.in_use[dev].pop_front();
+        actions.extend(self.policy.segment_released(dev, now).unwrap_or_default());
     }
 
     /// Segment bookkeeping for an action about to be executed: a segment switch opens a new

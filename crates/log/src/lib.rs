@@ -8,13 +8,15 @@
 //!   threads of each device; its decisions are in the clock-free [`Dispatch`].
 //!
 //! Consumers (the current-image store now; history and replicas later) learn of durable records
-//! through a [`DurableSink`] and tell the log how far they are durable with [`Log::release`]; log
-//! space is reused only behind the minimum of what they released (the caller passes that
-//! minimum).
+//! through a [`DurableSink`]. Each is a named [`Holder`] of log space with a kind (`holders`):
+//! it tells the log how far it is durable with [`Holder::release`], and log space is reused
+//! only behind every holder's watermark, or past a shrinkable or bounded one as its kind
+//! allows.
 
 pub mod clock;
 pub mod format;
 pub mod fuzzing;
+pub mod holders;
 pub mod scan;
 pub mod stats;
 
@@ -41,6 +43,7 @@ use tokio::sync::oneshot;
 pub use dispatch::Dispatch;
 pub use error::{FormatError, LogError};
 pub use format::{LogAddr, RecordHeader, RecordKind, Superblock, DATA_OFFSET, RECORD_HEADER_LEN};
+pub use holders::{Hold, HoldKind, Holder, HolderSpec};
 pub use mariner_placement::LinearModel;
 pub use recover::Recovery;
 pub use replay::ReplayPlan;
@@ -49,6 +52,7 @@ pub use simulated::{InFlight, SimDevices};
 pub use stats::{Histogram, LogStats};
 pub use superblocks::read_superblock;
 
+use holders::{open_marks, HolderStats};
 use writer::Shared;
 
 /// How the log is laid out and batches.
@@ -182,6 +186,8 @@ struct Inner {
     threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
     max_payload: u32,
     clock: Arc<dyn Clock>,
+    /// The holders it was opened with, in order: (name, kind, their handles' stats).
+    holders: Vec<(Arc<str>, HoldKind, Arc<HolderStats>)>,
 }
 
 /// The last handle gone without [`Log::shutdown`]: the threads must still end (they hold the
@@ -242,16 +248,18 @@ impl Log {
 
     /// Opens a formatted log: checks every superblock against `log_id` and the device order,
     /// runs recovery, writes void records for sequence numbers that never became durable, and
-    /// starts the writer. `after_seq`/`after_ts`: the consumers' durable watermark.
+    /// starts the writer. `holders`: who holds log space, with the watermarks they persisted
+    /// (at least one; [`Log::holder`] hands out their handles). Segments above the lowest
+    /// watermark stay in use; the records above the lowest must-hold watermark are recovered
+    /// for replay ([`Recovery::records`]).
     pub fn open(
         devices: Vec<Arc<dyn Disk>>,
         cfg: LogConfig,
         log_id: u128,
-        after_seq: u64,
-        after_ts: u64,
+        holders: &[HolderSpec],
         sink: Arc<dyn DurableSink>,
     ) -> Result<(Self, Recovery), LogError> {
-        Self::open_threaded(devices, cfg, log_id, (after_seq, after_ts), sink, true)
+        Self::open_threaded(devices, cfg, log_id, holders, sink, true)
     }
 
     /// Opens with the device and timer threads and writes the voids.
@@ -259,7 +267,7 @@ impl Log {
         devices: Vec<Arc<dyn Disk>>,
         cfg: LogConfig,
         log_id: u128,
-        after: (u64, u64),
+        holders: &[HolderSpec],
         sink: Arc<dyn DurableSink>,
         keep_records: bool,
     ) -> Result<(Self, Recovery), LogError> {
@@ -267,7 +275,7 @@ impl Log {
             devices,
             cfg,
             log_id,
-            after,
+            holders,
             sink,
             keep_records,
             Runtime::Threads,
@@ -286,7 +294,7 @@ impl Log {
         devices: Vec<Arc<dyn Disk>>,
         cfg: LogConfig,
         log_id: u128,
-        (after_seq, after_ts): (u64, u64),
+        holders: &[HolderSpec],
         sink: Arc<dyn DurableSink>,
         clock: Arc<dyn Clock>,
     ) -> Result<(Self, Recovery, SimDevices, Vec<AppendFuture>), LogError> {
@@ -294,7 +302,7 @@ impl Log {
             devices,
             cfg,
             log_id,
-            (after_seq, after_ts),
+            holders,
             sink,
             true,
             Runtime::Simulated(clock),
@@ -316,11 +324,10 @@ impl Log {
         devices: Vec<Arc<dyn Disk>>,
         cfg: LogConfig,
         log_id: u128,
-        after_seq: u64,
-        after_ts: u64,
+        holders: &[HolderSpec],
         sink: Arc<dyn DurableSink>,
     ) -> Result<(Self, Recovery), LogError> {
-        Self::open_threaded(devices, cfg, log_id, (after_seq, after_ts), sink, false)
+        Self::open_threaded(devices, cfg, log_id, holders, sink, false)
     }
 
     /// Hands every record above the watermark that recovery found (those of `plan`,
@@ -339,12 +346,13 @@ impl Log {
         devices: Vec<Arc<dyn Disk>>,
         cfg: LogConfig,
         log_id: u128,
-        (after_seq, after_ts): (u64, u64),
+        holders: &[HolderSpec],
         sink: Arc<dyn DurableSink>,
         keep_records: bool,
         runtime: Runtime,
     ) -> Result<(Self, Recovery, Option<SimDevices>), LogError> {
         check_config(&cfg)?;
+        let marks = open_marks(holders)?;
         let sbs = check_superblocks(&devices, log_id)?;
         let sb = sbs[0];
         if u64::from(cfg.align_bytes) != u64::from(sb.align_bytes) {
@@ -353,8 +361,7 @@ impl Log {
                 sb.align_bytes, cfg.align_bytes
             )));
         }
-        let (recovery, mut resume) =
-            recover::recover(&devices, &sbs, after_seq, after_ts, keep_records)?;
+        let (recovery, mut resume) = recover::recover(&devices, &sbs, marks, keep_records)?;
         for (dev, (disk, start)) in devices.iter().zip(resume.starts.iter_mut()).enumerate() {
             start.generation = raise_generation_floor(disk.as_ref(), dev, start.generation)?;
         }
@@ -383,6 +390,10 @@ impl Log {
             Runtime::Threads => Arc::new(SystemClock),
             Runtime::Simulated(c) => Arc::clone(c),
         };
+        let handles: Vec<(Arc<str>, HoldKind, Arc<HolderStats>)> = holders
+            .iter()
+            .map(|h| (Arc::from(h.name.as_str()), h.kind, Arc::default()))
+            .collect();
         let parts = writer::WriterParts {
             log_id,
             policy: Policy::new(policy_cfg, cfg.model, &resume.starts),
@@ -393,7 +404,8 @@ impl Log {
             last_ts: recovery.last_ts,
             align: (sb.align_bytes as usize).max(devices[0].alignment()),
             in_use: resume.in_use,
-            released: after_seq,
+            holds: holders.iter().map(|h| Hold::new(h.kind, h.seq)).collect(),
+            holders: handles.iter().map(|h| Arc::clone(&h.2)).collect(),
             sync_each_write: cfg.sync_each_write,
             device_depth: cfg.device_depth,
             clock: Arc::clone(&clock),
@@ -423,6 +435,7 @@ impl Log {
             threads: Mutex::new(threads),
             max_payload,
             clock,
+            holders: handles,
         };
         let log = Self {
             inner: Arc::new(inner),
@@ -519,10 +532,22 @@ impl Log {
         Ok(())
     }
 
-    /// Consumers are durable up to `seq`: segments holding only records at or below it may be
-    /// reused.
-    pub fn release(&self, seq: u64) {
-        self.inner.shared.release(seq);
+    /// The handle of the holder opened as `name`, through which it releases log space.
+    pub fn holder(&self, name: &str) -> Result<Holder, LogError> {
+        let index = self
+            .inner
+            .holders
+            .iter()
+            .position(|h| &*h.0 == name)
+            .ok_or_else(|| LogError::Config(format!("no log holder {name:?}")))?;
+        let (name, kind, stats) = &self.inner.holders[index];
+        Ok(Holder {
+            shared: Arc::clone(&self.inner.shared),
+            index,
+            name: Arc::clone(name),
+            kind: *kind,
+            stats: Arc::clone(stats),
+        })
     }
 
     /// The device `addr` lies on, with its index; `Gone` for a device the log does not have.

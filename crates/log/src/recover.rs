@@ -6,15 +6,20 @@
 //! |---------------------------------------------------|--------------------------------------------|
 //! | record fails header or payload checksum           | end of that segment (a torn, unacked write) |
 //! | record of an older generation after newer ones    | end of that segment (stale, earlier pass)  |
-//! | record with seq <= the consumers' watermark       | already applied; only its seq/ts count     |
+//! | record with seq <= the replay watermark           | already applied; only its seq/ts count     |
 //! | seq missing between watermark and the highest seq | never durable, never acked: voided         |
 //! | same seq found twice                              | impossible by construction; first kept     |
 //!
 //! Each device resumes in a fresh segment after its newest one, so nothing is ever appended after
-//! a torn tail. The segments that still hold records above the watermark stay in use.
+//! a torn tail.
 //!
-//! Memory: the scan streams. Recovery keeps the records above the watermark and the segments
-//! holding them; of everything else (released segments, records at or below the watermark)
+//! Two watermarks (crate::holders): the segments that still hold records above the lowest
+//! holder's watermark (history's, say) stay in use; the records above the lowest must-hold
+//! watermark (the store's) are what recovery hands over for replay, and where it looks for
+//! gaps. A restart therefore neither frees what history holds nor loads it into the store.
+//!
+//! Memory: the scan streams. Recovery keeps the records above the replay watermark and the
+//! segments in use; of everything else (released segments, records at or below the watermark)
 //! only the highest seq/ts, the newest segment and counts, so a long log of applied records
 //! costs one segment buffer per device, not a header per record.
 
@@ -26,6 +31,7 @@ use mariner_disk::Disk;
 use mariner_placement::DeviceStart;
 
 use crate::format::Superblock;
+use crate::holders::OpenMarks;
 use crate::replay::ReplayPlan;
 use crate::scan::{scan_device_with, Found, SegmentSummary, Stop, Visit};
 use crate::LogError;
@@ -33,12 +39,13 @@ use crate::LogError;
 /// What recovery found and decided.
 #[derive(Debug, Clone, Default)]
 pub struct Recovery {
-    /// Records above the watermark, in sequence order: what the consumers lack.
+    /// Records above the replay watermark (the lowest must-hold holder's), in sequence order:
+    /// what the store lacks.
     pub records: Vec<Found>,
     /// Sequence numbers above the watermark that never became durable; recovery wrote a void
     /// record for each.
     pub voided: Vec<u64>,
-    /// Highest sequence number and timestamp seen anywhere (including the watermark).
+    /// Highest sequence number and timestamp seen anywhere (including the watermarks).
     pub last_seq: u64,
     pub last_ts: u64,
     pub segments_scanned: u64,
@@ -56,20 +63,20 @@ pub(crate) struct Resume {
 }
 
 /// Scans every device (in parallel) and merges what it finds. `keep_records`: the records
-/// above the watermark go to [`Recovery::records`]; otherwise only their sequence numbers are
-/// kept (for the gaps) and the caller replays them with [`crate::Log::replay`].
+/// above the replay watermark go to [`Recovery::records`]; otherwise only their sequence
+/// numbers are kept (for the gaps) and the caller replays them with [`crate::Log::replay`].
 pub(crate) fn recover(
     devices: &[Arc<dyn Disk>],
     sbs: &[Superblock],
-    after_seq: u64,
-    after_ts: u64,
+    marks: OpenMarks,
     keep_records: bool,
 ) -> Result<(Recovery, Resume), LogError> {
     let start = Instant::now();
-    let scans = scan_all(devices, sbs, after_seq, keep_records)?;
+    let after_seq = marks.replay_after;
+    let scans = scan_all(devices, sbs, marks, keep_records)?;
     let mut rec = Recovery {
-        last_seq: after_seq,
-        last_ts: after_ts,
+        last_seq: marks.seq_floor.max(after_seq),
+        last_ts: marks.ts_floor,
         ..Recovery::default()
     };
     let mut resume = Resume {
@@ -116,7 +123,7 @@ pub(crate) fn recover(
 fn scan_all(
     devices: &[Arc<dyn Disk>],
     sbs: &[Superblock],
-    after_seq: u64,
+    marks: OpenMarks,
     keep_records: bool,
 ) -> Result<Vec<DeviceScan>, LogError> {
     std::thread::scope(|s| {
@@ -126,7 +133,7 @@ fn scan_all(
             .enumerate()
             .map(|(dev, (disk, sb))| {
                 s.spawn(move || {
-                    let mut scan = DeviceScan::new(after_seq, keep_records);
+                    let mut scan = DeviceScan::new(marks, keep_records);
                     scan_device_with(disk.as_ref(), dev as u8, sb, &mut scan).map(|()| scan)
                 })
             })
@@ -142,18 +149,21 @@ fn scan_all(
     })
 }
 
-/// What recovery keeps of one device's scan: the records above the watermark, the segments
-/// that hold them, the newest segment and counts. Records at or below the watermark leave
-/// only their seq/ts behind, so this grows with what lies above the watermark, not the log.
+/// What recovery keeps of one device's scan: the records above the replay watermark, the
+/// segments in use, the newest segment and counts. Records at or below the replay watermark
+/// leave only their seq/ts behind, so this grows with what the store lacks, not the log.
 #[derive(Default)]
 struct DeviceScan {
+    /// Segments with a record above this stay in use.
+    keep_after: u64,
+    /// Records above this are kept for replay.
     after_seq: u64,
     keep_records: bool,
-    /// Records above the watermark, in device order (when kept).
+    /// Records above the replay watermark, in device order (when kept).
     above: Vec<Found>,
     /// Their sequence numbers only (when the records are not kept).
     above_seqs: Vec<u64>,
-    /// Written segments holding a record above the watermark: (generation, segment, max_seq).
+    /// Written segments holding a record above `keep_after`: (generation, segment, max_seq).
     in_use: Vec<(u64, u64, u64)>,
     /// The written segment of the highest generation: (generation, segment).
     newest: Option<(u64, u64)>,
@@ -165,9 +175,10 @@ struct DeviceScan {
 }
 
 impl DeviceScan {
-    fn new(after_seq: u64, keep_records: bool) -> Self {
+    fn new(marks: OpenMarks, keep_records: bool) -> Self {
         Self {
-            after_seq,
+            keep_after: marks.keep_after.min(marks.replay_after),
+            after_seq: marks.replay_after,
             keep_records,
             ..Self::default()
         }
@@ -177,7 +188,7 @@ impl DeviceScan {
     ///
     /// The placement policy moves through the segments as a ring (the next segment after the
     /// current one, while it has free ones), so what stays in use must be one run of the ring:
-    /// from the oldest segment holding a record above the watermark to the newest segment.
+    /// from the oldest segment holding a record above `keep_after` to the newest segment.
     /// A segment inside that run without such a record — its first batch was lost in the
     /// crash while later ones landed, so it shows older data or none — is kept in the run as
     /// a hole (highest sequence number 0, freed as soon as it is the oldest); counted as free
@@ -240,7 +251,7 @@ impl Visit for DeviceScan {
         self.last_ts = self.last_ts.max(s.max_ts);
         if let Some(generation) = s.generation {
             self.newest = self.newest.max(Some((generation, s.segment)));
-            if s.max_seq > self.after_seq {
+            if s.max_seq > self.keep_after {
                 self.in_use.push((generation, s.segment, s.max_seq));
             }
         }
@@ -303,6 +314,60 @@ mod tests {
         assert_eq!(gaps(std::iter::empty(), 10, 10), Vec::<u64>::new());
     }
 
+    fn marks(keep_after: u64, replay_after: u64) -> OpenMarks {
+        OpenMarks {
+            keep_after,
+            replay_after,
+            seq_floor: replay_after,
+            ts_floor: 0,
+        }
+    }
+
+    /// A holder below the store (history at 5, the store at 10): the segments with records
+    /// above 5 stay in use, but only the records above 10 are kept for replay.
+    #[test]
+    fn the_lowest_holder_keeps_segments_and_the_store_decides_replay() {
+        let mut scan = DeviceScan::new(marks(5, 10), true);
+        scan.segment(&summary(0, Some(1), 4, Stop::End));
+        scan.segment(&summary(1, Some(2), 8, Stop::End));
+        scan.segment(&summary(2, Some(3), 12, Stop::End));
+        let record = |seq| Found {
+            header: crate::format::RecordHeader {
+                kind: crate::RecordKind::Write,
+                volume: 0,
+                length: 0,
+                seq,
+                timestamp_ns: seq,
+                offset: 0,
+                generation: 1,
+                back: crate::LogAddr::NONE,
+                span: 80,
+                payload_len: 0,
+                payload_crc: 0,
+            },
+            addr: crate::LogAddr::NONE,
+        };
+        for seq in [7, 8, 11, 12] {
+            scan.record(&record(seq));
+        }
+        let sb = Superblock {
+            log_id: 1,
+            device_index: 0,
+            device_count: 1,
+            device_bytes: 0,
+            segment_bytes: 65536,
+            segment_count: 4,
+            data_offset: crate::DATA_OFFSET,
+            align_bytes: 512,
+            created_ns: 0,
+        };
+        let seqs: Vec<u64> = scan.above.iter().map(|f| f.header.seq).collect();
+        assert_eq!(seqs, vec![11, 12]);
+        let (start, in_use) = scan.resume(&sb);
+        assert_eq!(Vec::from(in_use), vec![(1, 8), (2, 12)]);
+        assert_eq!((start.segment, start.free_segments), (2, 2));
+    }
+
     fn summary(segment: u64, generation: Option<u64>, max_seq: u64, stop: Stop) -> SegmentSummary {
         SegmentSummary {
             segment,
@@ -319,7 +384,7 @@ mod tests {
     /// above the watermark (10), 2 all at or below it, 4 shows nothing valid.
     #[test]
     fn a_device_resumes_after_its_newest_segment_keeping_those_above_the_watermark() {
-        let mut scan = DeviceScan::new(10, true);
+        let mut scan = DeviceScan::new(marks(10, 10), true);
         scan.segment(&summary(0, Some(7), 14, Stop::NoRecord));
         scan.segment(&summary(1, Some(8), 18, Stop::BadPayload));
         scan.segment(&summary(2, Some(5), 9, Stop::End));
@@ -350,7 +415,7 @@ mod tests {
         // Segment 2's first batch was lost in the crash (it shows nothing valid) while 3 and
         // 4 landed: the run from 1 (oldest above the watermark) to 4 (newest) stays in use,
         // 2 as a hole, so the writer's next segment is 0, not 1.
-        let mut scan = DeviceScan::new(10, true);
+        let mut scan = DeviceScan::new(marks(10, 10), true);
         scan.segment(&summary(0, Some(5), 9, Stop::End));
         scan.segment(&summary(1, Some(6), 12, Stop::End));
         scan.segment(&summary(2, None, 0, Stop::NoRecord));
@@ -363,7 +428,7 @@ mod tests {
         );
         assert_eq!(Vec::from(in_use), vec![(1, 12), (2, 0), (3, 16), (4, 18)]);
 
-        let (start, in_use) = DeviceScan::new(0, true).resume(&sb);
+        let (start, in_use) = DeviceScan::new(marks(0, 0), true).resume(&sb);
         assert_eq!(
             (start.segment, start.generation, start.free_segments),
             (4, 0, 5)

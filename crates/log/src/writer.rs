@@ -35,6 +35,7 @@ use tokio::sync::oneshot;
 use crate::clock::Clock;
 use crate::dispatch::Dispatch;
 use crate::format::{LogAddr, RecordHeader, RECORD_HEADER_LEN};
+use crate::holders::{Hold, HolderStats};
 use crate::stats::LogStats;
 use crate::{Appended, Durable, DurableSink, Entry, LogError};
 
@@ -79,10 +80,10 @@ impl Shared {
         first
     }
 
-    /// Consumers are durable up to `seq`.
-    pub(crate) fn release(&self, seq: u64) {
+    /// Holder `holder` no longer needs the records at or below `seq`.
+    pub(crate) fn release(&self, holder: usize, seq: u64) {
         let Some(mut w) = self.lock() else { return };
-        let actions = w.release(seq);
+        let actions = w.release(holder, seq);
         self.execute(&mut w, actions);
     }
 
@@ -211,6 +212,8 @@ impl DeviceCtx {
 pub(crate) struct Writer {
     pub log_id: u128,
     pub core: Dispatch<LinearModel>,
+    /// Each holder's handle stats, in the order of `core`'s holds.
+    holders: Vec<Arc<HolderStats>>,
     pub stats: Arc<LogStats>,
     pub failed: Arc<Mutex<Option<String>>>,
     pub next_seq: u64,
@@ -243,7 +246,9 @@ pub(crate) struct WriterParts {
     pub last_ts: u64,
     pub align: usize,
     pub in_use: Vec<VecDeque<(u64, u64)>>,
-    pub released: u64,
+    /// The holders' watermarks as opened, and their handles' stats in the same order.
+    pub holds: Vec<Hold>,
+    pub holders: Vec<Arc<HolderStats>>,
     pub sync_each_write: bool,
     /// Threads writing each device's batches (the policy's device depth), at least 1.
     pub device_depth: u32,
@@ -274,7 +279,8 @@ fn assemble(
         .collect();
     let w = Writer {
         log_id: parts.log_id,
-        core: Dispatch::new(parts.policy, parts.in_use, parts.released),
+        core: Dispatch::new(parts.policy, parts.in_use, parts.holds),
+        holders: parts.holders,
         stats: Arc::clone(&parts.stats),
         failed: parts.failed,
         next_seq: parts.next_seq,
@@ -290,6 +296,7 @@ fn assemble(
         timer_sleeps_until: None,
         shut: false,
     };
+    w.store_holds();
     let shared = Arc::new(Shared {
         state: Mutex::new(w),
         tick: Condvar::new(),
@@ -604,14 +611,18 @@ impl Writer {
     /// The policy's answer to a submission of `reqs`: its actions, or every request failed.
     fn submitted(
         &mut self,
-        r: Result<Vec<Action>, PolicyError>,
+        r: Result<(Vec<Action>, u64), PolicyError>,
         reqs: &[(u64, u64)],
     ) -> Vec<Action> {
         match r {
-            Ok(actions) => {
-                self.stats
-                    .stalled
-                    .store(self.core.policy().stalled() as u64, Relaxed);
+            Ok((actions, freed)) => {
+                if freed > 0 {
+                    self.freed(freed);
+                } else {
+                    self.stats
+                        .stalled
+                        .store(self.core.policy().stalled() as u64, Relaxed);
+                }
                 actions
             }
             Err(e) => {
@@ -637,6 +648,7 @@ impl Writer {
                 Action::Write(w) => self.start_write(w),
                 Action::SwitchSegment { .. } => {
                     self.stats.segments_used.fetch_add(1, Relaxed);
+                    self.store_holds();
                 }
             }
         }
@@ -748,14 +760,27 @@ impl Writer {
         self.core.completed(dev, self.now())
     }
 
-    fn release(&mut self, seq: u64) -> Vec<Action> {
-        let (actions, freed) = self.core.release(seq, self.now());
+    fn release(&mut self, holder: usize, seq: u64) -> Vec<Action> {
+        let (actions, freed) = self.core.release(holder, seq, self.now());
+        self.freed(freed);
+        actions
+    }
+
+    /// Space changed: `freed` segments were freed, holders may have released or been cut.
+    fn freed(&mut self, freed: u64) {
         self.stats.released_seq.store(self.core.released(), Relaxed);
         self.stats.segments_used.fetch_sub(freed, Relaxed);
         self.stats
             .stalled
             .store(self.core.policy().stalled() as u64, Relaxed);
-        actions
+        self.store_holds();
+    }
+
+    /// Copies each holder's watermark, cut and held segments to its handle's stats.
+    fn store_holds(&self) {
+        for (hold, stats) in self.core.holds().iter().zip(&self.holders) {
+            stats.store(hold, self.core.segments_above(hold.released));
+        }
     }
 
     fn fail(&mut self, why: String) {

@@ -13,9 +13,16 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use bytes::Bytes;
 use mariner_disk::{CrashMode, Disk, Faults, FaultyDisk};
-use mariner_log::{Durable, DurableSink, Entry, Log, LogConfig};
+use mariner_log::{Durable, DurableSink, Entry, HolderSpec, Log, LogConfig};
 
 const LOG_ID: u128 = 0xc7a5;
+
+/// The one holder of log space these tests open the log with.
+const CONSUMER: &str = "consumer";
+
+fn consumer(after: u64) -> [HolderSpec; 1] {
+    [HolderSpec::must_hold(CONSUMER, after, 0)]
+}
 const SEG: u64 = 64 * 1024;
 const DEVICE_BYTES: usize = 64 * 1024 + 8 * SEG as usize;
 /// Appends per wave (submitted together, then awaited) and waves per round: small enough that
@@ -176,7 +183,7 @@ fn round(
         .collect();
     let mut submitted = BTreeMap::new();
     let mut acked = BTreeMap::new();
-    if let Ok((log, _)) = Log::open(devs, cfg(depth), LOG_ID, 0, 0, Arc::new(Discard)) {
+    if let Ok((log, _)) = Log::open(devs, cfg(depth), LOG_ID, &consumer(0), Arc::new(Discard)) {
         append_waves(&log, &mut submitted, &mut acked);
         log.shutdown();
     }
@@ -227,7 +234,7 @@ fn check_recovery(r: &Round, depth: u32, what: &str) {
         .iter()
         .map(|d| Arc::new(FaultyDisk::from_image(d.faults().live_image(), 1)) as Arc<dyn Disk>)
         .collect();
-    let (log, rec) = Log::open(devs, cfg(depth), LOG_ID, 0, 0, Arc::new(Discard))
+    let (log, rec) = Log::open(devs, cfg(depth), LOG_ID, &consumer(0), Arc::new(Discard))
         .unwrap_or_else(|e| panic!("{what}: recovery failed: {e}"));
     let seqs: Vec<u64> = rec.records.iter().map(|f| f.header.seq).collect();
     assert!(

@@ -9,9 +9,18 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use mariner_disk::{CrashMode, Disk, Faults, FaultyDisk, MemDisk};
-use mariner_log::{Durable, DurableSink, Entry, Log, LogConfig, LogError, RecordKind, Recovery};
+use mariner_log::{
+    Durable, DurableSink, Entry, HolderSpec, Log, LogConfig, LogError, RecordKind, Recovery,
+};
 
 const LOG_ID: u128 = 0x5eed;
+
+/// The one holder of log space these tests open the log with.
+const CONSUMER: &str = "consumer";
+
+fn consumer(after: u64) -> [HolderSpec; 1] {
+    [HolderSpec::must_hold(CONSUMER, after, 0)]
+}
 const SEG: u64 = 64 * 1024;
 
 #[derive(Default)]
@@ -54,8 +63,7 @@ fn open_with(
         devs.to_vec(),
         cfg,
         LOG_ID,
-        after,
-        0,
+        &consumer(after),
         Arc::new(Collect::default()),
     )
 }
@@ -251,14 +259,14 @@ fn foreign_missing_and_reformatted_devices_are_refused() {
         Err(LogError::AlreadyFormatted { dev: 0 })
     ));
     let sink = || Arc::new(Collect::default());
-    let r = Log::open(vec![a.clone(), b.clone()], cfg(), LOG_ID + 1, 0, 0, sink());
+    let r = Log::open(vec![a.clone(), b.clone()], cfg(), LOG_ID + 1, &consumer(0), sink());
     assert!(matches!(r, Err(LogError::ForeignDevice { .. })));
-    let r = Log::open(vec![a.clone()], cfg(), LOG_ID, 0, 0, sink());
+    let r = Log::open(vec![a.clone()], cfg(), LOG_ID, &consumer(0), sink());
     assert!(matches!(r, Err(LogError::WrongPosition { .. })));
-    let r = Log::open(vec![b.clone(), a.clone()], cfg(), LOG_ID, 0, 0, sink());
+    let r = Log::open(vec![b.clone(), a.clone()], cfg(), LOG_ID, &consumer(0), sink());
     assert!(matches!(r, Err(LogError::WrongPosition { .. })));
     let blank: Arc<dyn Disk> = Arc::new(MemDisk::new(1 << 20));
-    let r = Log::open(vec![a, blank], cfg(), LOG_ID, 0, 0, sink());
+    let r = Log::open(vec![a, blank], cfg(), LOG_ID, &consumer(0), sink());
     assert!(matches!(r, Err(LogError::NotFormatted { dev: 1, .. })));
 }
 
@@ -297,7 +305,7 @@ fn a_full_log_makes_writers_wait_until_release() {
             .load(std::sync::atomic::Ordering::Relaxed)
             > 0
     );
-    log.release(last);
+    log.holder(CONSUMER).unwrap().release(last);
     for w in still_waiting {
         w.blocking_recv().unwrap().unwrap();
     }
@@ -313,7 +321,7 @@ fn wrapping_the_log_leaves_stale_records_invisible() {
         last = append_sync(&log, Entry::write(1, i, payload(i, 3000)))
             .unwrap()
             .seq;
-        log.release(last.saturating_sub(5));
+        log.holder(CONSUMER).unwrap().release(last.saturating_sub(5));
     }
     log.shutdown();
     let (_, rec) = open(&devs, last - 5).unwrap();
@@ -336,7 +344,7 @@ fn streaming_replay_follows_generations_around_the_ring() {
         last = append_sync(&log, Entry::write(1, i, payload(i, 3000)))
             .unwrap()
             .seq;
-        log.release(last.saturating_sub(45));
+        log.holder(CONSUMER).unwrap().release(last.saturating_sub(45));
     }
     log.shutdown();
     let after = last - 45;
@@ -351,8 +359,7 @@ fn streaming_replay_follows_generations_around_the_ring() {
         devs.clone(),
         cfg(),
         LOG_ID,
-        after,
-        0,
+        &consumer(after),
         Arc::new(Collect::default()),
     )
     .unwrap();
@@ -506,8 +513,7 @@ fn streaming_open_replays_the_same_records(
         twins.to_vec(),
         cfg(),
         LOG_ID,
-        0,
-        0,
+        &consumer(0),
         Arc::new(Collect::default()),
     )
     .unwrap();
@@ -612,7 +618,7 @@ fn the_next_batch_is_written_while_the_last_one_is_acknowledged() {
     let devs: Vec<Arc<dyn Disk>> = vec![Arc::new(MemDisk::new(1 << 20))];
     Log::format(&devs, &cfg(), LOG_ID).unwrap();
     let sink = Arc::new(Gated::default());
-    let (log, _) = Log::open(devs, cfg(), LOG_ID, 0, 0, sink.clone()).unwrap();
+    let (log, _) = Log::open(devs, cfg(), LOG_ID, &consumer(0), sink.clone()).unwrap();
     let first = log.append(Entry::write(1, 0, payload(1, 512))).unwrap();
     let writes = |log: &Log| log.stats().device_write_us.snapshot().2;
     let waited = |want: u64| {

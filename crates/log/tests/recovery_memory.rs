@@ -11,9 +11,18 @@ mod counting_alloc;
 use std::sync::Arc;
 
 use mariner_disk::{Disk, MemDisk};
-use mariner_log::{Durable, DurableSink, Entry, Found, Log, LogConfig, RecordKind, Recovery};
+use mariner_log::{
+    Durable, DurableSink, Entry, Found, HolderSpec, Log, LogConfig, RecordKind, Recovery,
+};
 
 const LOG_ID: u128 = 0x3e3;
+
+/// The one holder of log space these tests open the log with.
+const CONSUMER: &str = "consumer";
+
+fn consumer(after: u64) -> [HolderSpec; 1] {
+    [HolderSpec::must_hold(CONSUMER, after, 0)]
+}
 const SEG: u64 = 64 * 1024;
 const SEGMENTS: usize = 64;
 
@@ -34,7 +43,7 @@ fn cfg() -> LogConfig {
 /// peak, beyond what was live before.
 fn open_measured(devs: &[Arc<dyn Disk>], after: u64) -> (Log, Recovery, usize) {
     let ((log, rec), peak) = counting_alloc::peak_of(|| {
-        Log::open(devs.to_vec(), cfg(), LOG_ID, after, 0, Arc::new(Ignore)).unwrap()
+        Log::open(devs.to_vec(), cfg(), LOG_ID, &consumer(after), Arc::new(Ignore)).unwrap()
     });
     (log, rec, peak)
 }
@@ -59,14 +68,14 @@ fn recovery_memory_is_bounded_by_what_lies_above_the_watermark() {
     let devs: Vec<Arc<dyn Disk>> =
         vec![Arc::new(MemDisk::new(64 * 1024 + SEGMENTS * SEG as usize))];
     Log::format(&devs, &cfg(), LOG_ID).unwrap();
-    let (log, _) = Log::open(devs.clone(), cfg(), LOG_ID, 0, 0, Arc::new(Ignore)).unwrap();
+    let (log, _) = Log::open(devs.clone(), cfg(), LOG_ID, &consumer(0), Arc::new(Ignore)).unwrap();
     // About 1.5 passes through the log, released as it goes: every segment ends up holding
     // 80-byte records (batches pad to 512 bytes), all at or below the watermark.
     let round = 5000;
     let mut last = 0;
     for _ in 0..15 {
         last = append_many(&log, round);
-        log.release(last);
+        log.holder(CONSUMER).unwrap().release(last);
     }
     log.shutdown();
     let per_record = std::mem::size_of::<Found>();

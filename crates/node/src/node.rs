@@ -110,8 +110,7 @@ impl Node {
             devices,
             log_config(&cfg),
             state.log_id()?,
-            progress.applied_seq,
-            progress.applied_ts,
+            &[store.holder_spec()],
             sink,
         )?;
         let state = match upgrade(&dir, state, &paths) {

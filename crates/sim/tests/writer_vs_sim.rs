@@ -12,7 +12,7 @@
 
 use std::collections::VecDeque;
 
-use mariner_log::Dispatch;
+use mariner_log::{Dispatch, Hold, HoldKind};
 use mariner_placement::{Action, Nanos};
 use mariner_sim::logdisk::LogDisks;
 use mariner_sim::mariner::{self, ArrayRun, Arrival};
@@ -83,7 +83,7 @@ impl Thread {
             self.watermark += 1;
         }
         if self.watermark > 0 {
-            let (step, _) = self.core.release(self.watermark as u64 - 1, t);
+            let (step, _) = self.core.release(0, self.watermark as u64 - 1, t);
             self.execute(step);
         }
     }
@@ -92,7 +92,11 @@ impl Thread {
 fn through_log_writer(run: &ArrayRun, trace: &[Arrival], seed: u64) -> (Vec<Action>, usize) {
     let in_use = vec![VecDeque::new(); run.disks];
     let mut th = Thread {
-        core: Dispatch::new(mariner::policy(run, seed), in_use, 0),
+        core: Dispatch::new(
+            mariner::policy(run, seed),
+            in_use,
+            vec![Hold::new(HoldKind::MustHold, 0)],
+        ),
         in_flight: vec![None; run.disks],
         durable: vec![false; trace.len()],
         watermark: 0,
@@ -120,7 +124,7 @@ fn through_log_writer(run: &ArrayRun, trace: &[Arrival], seed: u64) -> (Vec<Acti
             }
             (_, _, Some((a, bytes))) => {
                 next += 1;
-                let step = th.core.submit(next as u64 - 1, bytes, a).unwrap();
+                let (step, _) = th.core.submit(next as u64 - 1, bytes, a).unwrap();
                 th.execute(step);
             }
             _ => break,

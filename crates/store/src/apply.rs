@@ -558,18 +558,20 @@ impl Store {
     }
 
     /// Whether the log needs its space back now: a writer waits for space, or more than
-    /// [`PRESSURE_FILL`] of the log is in use. The quarter left is headroom for the writers
+    /// [`PRESSURE_FILL`] of the log holds records this store has not released (what other
+    /// holders keep, history say, does not count: the log lets go of it when full, or it is
+    /// theirs to release). The quarter left is headroom for the writers
     /// while the applier catches up (under pressure it syncs and releases after every round);
     /// the three quarters before it absorb a burst without write-back competing with the
     /// writers for CPU (40,000 4 KiB writes at depth 32 into the default 256 MiB log: 44–47k
     /// IOPS when write-back started at half full, docs/benchmarks.md).
     fn log_pressure(&self) -> bool {
-        let Some(log) = self.log.get() else {
+        let (Some(log), Some(holder)) = (self.log.get(), self.holder.get()) else {
             return false;
         };
         let s = log.stats();
         under_pressure(
-            s.segments_used.load(Relaxed),
+            holder.segments_held(),
             s.segments_total.load(Relaxed),
             s.stalled.load(Relaxed),
         )
@@ -600,8 +602,8 @@ impl Store {
         }
         self.stats.synced_seq.store(p.applied_seq, Relaxed);
         self.stats.syncs.fetch_add(1, Relaxed);
-        if let Some(log) = self.log.get() {
-            log.release(p.applied_seq);
+        if let Some(holder) = self.holder.get() {
+            holder.release(p.applied_seq);
         }
         Ok(())
     }

@@ -41,11 +41,15 @@ use bytes::Bytes;
 use mariner_disk::Disk;
 use mariner_log::clock::{Clock, SystemClock};
 use mariner_log::{
-    Durable, DurableSink, Log, LogAddr, LogError, RecordHeader, RecordKind, Recovery,
+    Durable, DurableSink, Holder, HolderSpec, Log, LogAddr, LogError, RecordHeader, RecordKind,
+    Recovery,
 };
 
 use extents::{ExtentMap, Source};
 pub use progress::Progress;
+
+/// The name the store holds log space under ([`Store::holder_spec`]).
+pub const STORE_HOLDER: &str = "store";
 
 /// Errors of the store.
 #[derive(Debug, thiserror::Error)]
@@ -162,6 +166,8 @@ pub struct Store {
     queue: Mutex<Queue>,
     wake: Condvar,
     log: OnceLock<Log>,
+    /// The store's hold on log space ([`STORE_HOLDER`]): released as the images are synced.
+    holder: OnceLock<Holder>,
     progress: Mutex<Progress>,
     stats: StoreStats,
     failed: Mutex<Option<String>>,
@@ -212,6 +218,7 @@ impl Store {
             queue: Mutex::new(Queue::default()),
             wake: Condvar::new(),
             log: OnceLock::new(),
+            holder: OnceLock::new(),
             progress: Mutex::new(progress),
             stats,
             failed: Mutex::new(None),
@@ -264,7 +271,7 @@ impl Store {
     /// Attaches the log, queues what recovery found above the watermark, and starts the
     /// applier.
     pub fn start(self: &Arc<Self>, log: Log, recovered: &Recovery) -> io::Result<()> {
-        self.attach(log, recovered);
+        self.attach(log, recovered).map_err(io::Error::other)?;
         let me = Arc::clone(self);
         let h = std::thread::Builder::new()
             .name("store-apply".into())
@@ -277,11 +284,12 @@ impl Store {
 
     /// [`Store::start`] without the applier thread, for a deterministic simulation: it runs
     /// the applier one round at a time with [`Store::step`].
-    pub fn start_stepped(&self, log: Log, recovered: &Recovery) {
-        self.attach(log, recovered);
+    pub fn start_stepped(&self, log: Log, recovered: &Recovery) -> Result<(), StoreError> {
+        self.attach(log, recovered)?;
         if let Ok(mut c) = self.stepped.lock() {
             *c = Some(self.cursor());
         }
+        Ok(())
     }
 
     /// One round of the applier, without waiting: takes what is ready (if write-back is due
@@ -309,8 +317,10 @@ impl Store {
     /// Attaches the log and queues what recovery found above the watermark, and the
     /// numbers it voided as gaps to pass over: their void records may not be durable yet (a
     /// full log writes them only once this store releases space), and applying must not wait
-    /// for them.
-    fn attach(&self, log: Log, recovered: &Recovery) {
+    /// for them. The log must have been opened with the store's holder
+    /// ([`Store::holder_spec`]).
+    fn attach(&self, log: Log, recovered: &Recovery) -> Result<(), StoreError> {
+        let _ = self.holder.set(log.holder(STORE_HOLDER)?);
         let _ = self.log.set(log);
         let voids = recovered.voided.iter().map(|&seq| Durable {
             header: RecordHeader {
@@ -340,6 +350,7 @@ impl Store {
             .chain(voids)
             .collect();
         self.accept(&durable, false);
+        Ok(())
     }
 
     /// Stops the applier after a final sync of what it applied.
@@ -383,6 +394,14 @@ impl Store {
         let g = self.out_of_space.lock().ok()?;
         let o = g.as_ref()?;
         o.volume.is_none_or(|v| v == id).then(|| o.reason.clone())
+    }
+
+    /// The store as a holder of log space, to open the log with: it must hold every record
+    /// until it has applied it (the only copy of an unapplied write is in the log), and holds
+    /// nothing at or below its persisted watermark.
+    pub fn holder_spec(&self) -> HolderSpec {
+        let p = self.progress();
+        HolderSpec::must_hold(STORE_HOLDER, p.applied_seq, p.applied_ts)
     }
 
     /// The persisted watermark.

@@ -55,8 +55,7 @@ impl Node {
             vec![log.clone()],
             log_cfg(),
             LOG_ID,
-            progress.applied_seq,
-            progress.applied_ts,
+            &[store.holder_spec()],
             sink,
         )
         .unwrap();

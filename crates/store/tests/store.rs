@@ -61,8 +61,7 @@ fn open_with(
         logs.to_vec(),
         log_cfg(),
         LOG_ID,
-        progress.applied_seq,
-        progress.applied_ts,
+        &[store.holder_spec()],
         sink,
     )
     .unwrap();

@@ -197,7 +197,7 @@ impl World {
             self.log_devs.clone(),
             self.setup.log.clone(),
             LOG_ID,
-            (progress.applied_seq, progress.applied_ts),
+            &[store.holder_spec()],
             sink,
             clock,
         );
@@ -212,7 +212,9 @@ impl World {
             rec.torn_tails
         ));
         self.check_recovery(&progress, &rec)?;
-        store.start_stepped(log.clone(), &rec);
+        store
+            .start_stepped(log.clone(), &rec)
+            .map_err(|e| self.fail(format!("the store does not start: {e}")))?;
         for (&seq, fut) in rec.voided.iter().zip(voids) {
             self.waiting.push(Waiter {
                 seq,
