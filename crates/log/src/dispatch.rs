@@ -118,7 +118,10 @@ impl<M: DeviceModel> Dispatch<M> {
     pub fn segments_above(&self, seq: u64) -> u64 {
         let above = |d: &VecDeque<(u64, u64)>| {
             let current = d.len().saturating_sub(1);
-            let held = d.iter().enumerate().filter(|&(i, s)| s.1 > seq || i == current);
+            let held = d
+                .iter()
+                .enumerate()
+                .filter(|&(i, s)| s.1 > seq || i == current);
             held.count() as u64
         };
         self.in_use.iter().map(above).sum()
@@ -170,7 +173,8 @@ impl<M: DeviceModel> Dispatch<M> {
             let limit = max_bytes / segment_bytes;
             loop {
                 let released = self.holds[i].released;
-                let beyond = self.segments_above(released) - self.segments_above(must.max(released));
+                let beyond =
+                    self.segments_above(released) - self.segments_above(must.max(released));
                 if beyond <= limit {
                     break;
                 }
@@ -204,9 +208,8 @@ impl<M: DeviceModel> Dispatch<M> {
             .filter_map(|dev| {
                 let d = &self.in_use[dev];
                 let &(segment, max_seq) = d.front()?;
-                let free = d.len() > 1
-                    && max_seq <= hard
-                    && !self.policy.has_queued_write(dev, segment);
+                let free =
+                    d.len() > 1 && max_seq <= hard && !self.policy.has_queued_write(dev, segment);
                 free.then_some((dev, max_seq))
             })
             .min_by_key(|&(_, max_seq)| max_seq)

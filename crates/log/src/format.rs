@@ -5,7 +5,8 @@
 //!
 //! A record is self-identifying (trail-paper.md §2.2): magic, kind, volume, sequence number,
 //! timestamp, volume offset and length, the segment generation, a back pointer to the previous
-//! record on the same device, and CRC32C checksums. The header checksum is salted with the
+//! record on the same device, the volume's own sequence number (version 2), and CRC32C
+//! checksums. The header checksum is salted with the
 //! segment generation, so a record left over from an earlier pass through the segment fails
 //! verification when the segment is read as part of a newer pass.
 
@@ -23,21 +24,29 @@ pub const SUPERBLOCK_LEN: usize = 128;
 pub const DATA_OFFSET: u64 = 64 * 1024;
 
 /// Record and superblock format versions. Retired values are never reused.
+///
+/// Version 2 (issue 17) fills what version 1 reserved at record offset 68 with the volume's
+/// own sequence number, and adds the volume lifecycle and history-gap kinds. Version 1 logs
+/// still open: their records read with volume sequence number 0 (not stamped), and what is
+/// written into them from then on is version 2.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FormatVersion {
     V1,
+    V2,
 }
 
 impl FormatVersion {
-    pub const CURRENT: Self = Self::V1;
+    pub const CURRENT: Self = Self::V2;
     pub fn code(self) -> u16 {
         match self {
             Self::V1 => 1,
+            Self::V2 => 2,
         }
     }
     pub fn from_code(code: u16) -> Result<Self, FormatError> {
         match code {
             1 => Ok(Self::V1),
+            2 => Ok(Self::V2),
             other => Err(FormatError::UnsupportedVersion(other)),
         }
     }
@@ -54,6 +63,16 @@ pub enum RecordKind {
     WriteZeroes,
     /// The sequence number never became durable; nothing happened (written by recovery).
     Void,
+    /// Volume `volume` was created, `offset` bytes large, with `length`-byte blocks.
+    VolumeCreated,
+    /// Volume `volume` is now `offset` bytes large.
+    VolumeResized,
+    /// Volume `volume` was deleted; its history stays readable until it leaves the window.
+    VolumeDeleted,
+    /// History of volume `volume` is incomplete from timestamp `offset` up to this record's:
+    /// writes in between are in the current image but not in history (history was off, or
+    /// lost them); instants inside the gap cannot be read.
+    HistoryGap,
 }
 
 impl RecordKind {
@@ -63,6 +82,10 @@ impl RecordKind {
             Self::Trim => 2,
             Self::WriteZeroes => 3,
             Self::Void => 4,
+            Self::VolumeCreated => 5,
+            Self::VolumeResized => 6,
+            Self::VolumeDeleted => 7,
+            Self::HistoryGap => 8,
         }
     }
     pub fn from_code(code: u8) -> Result<Self, FormatError> {
@@ -71,8 +94,22 @@ impl RecordKind {
             2 => Ok(Self::Trim),
             3 => Ok(Self::WriteZeroes),
             4 => Ok(Self::Void),
+            5 => Ok(Self::VolumeCreated),
+            6 => Ok(Self::VolumeResized),
+            7 => Ok(Self::VolumeDeleted),
+            8 => Ok(Self::HistoryGap),
             other => Err(FormatError::UnknownKind(other)),
         }
+    }
+    /// Whether records of this kind change the volume's bytes (write, trim, write-zeroes); the
+    /// others say something about the volume or the log, and the image ignores them.
+    pub fn changes_data(self) -> bool {
+        matches!(self, Self::Write | Self::Trim | Self::WriteZeroes)
+    }
+    /// Whether records of this kind range over `[offset, offset + length)` of the volume;
+    /// the lifecycle and gap kinds use `offset` and `length` for other values.
+    pub fn is_extent(self) -> bool {
+        self.changes_data()
     }
     /// Whether records of this kind carry `length` bytes of payload.
     pub fn has_payload(self) -> bool {
@@ -119,11 +156,12 @@ mod rec {
     pub const SPAN: usize = 56;
     pub const PAYLOAD_LEN: usize = 60;
     pub const PAYLOAD_CRC: usize = 64;
-    pub const RESERVED: usize = 68;
+    /// Version 2; reserved (0) in version 1.
+    pub const VOLUME_SEQ: usize = 68;
     pub const HEADER_CRC: usize = 76;
 }
 const _: () = assert!(rec::HEADER_CRC + 4 == RECORD_HEADER_LEN);
-const _: () = assert!(rec::RESERVED + 8 == rec::HEADER_CRC);
+const _: () = assert!(rec::VOLUME_SEQ + 8 == rec::HEADER_CRC);
 
 /// A decoded record header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -146,6 +184,9 @@ pub struct RecordHeader {
     /// Bytes of payload after the header (`length` for writes, 0 otherwise).
     pub payload_len: u32,
     pub payload_crc: u32,
+    /// The volume's own sequence number: 1, 2, 3… over the records of `volume`, in log
+    /// order; 0 for a record not stamped (void records, and records of a version 1 log).
+    pub volume_seq: u64,
 }
 
 impl RecordHeader {
@@ -167,6 +208,7 @@ impl RecordHeader {
         put_u32(out, rec::SPAN, self.span);
         put_u32(out, rec::PAYLOAD_LEN, self.payload_len);
         put_u32(out, rec::PAYLOAD_CRC, self.payload_crc);
+        put_u64(out, rec::VOLUME_SEQ, self.volume_seq);
         let crc = header_crc(log_id, self.generation, &out[..rec::HEADER_CRC]);
         put_u32(out, rec::HEADER_CRC, crc);
     }
@@ -204,6 +246,8 @@ impl RecordHeader {
             span: get_u32(b, rec::SPAN),
             payload_len: get_u32(b, rec::PAYLOAD_LEN),
             payload_crc: get_u32(b, rec::PAYLOAD_CRC),
+            // Version 1 wrote zeros here.
+            volume_seq: get_u64(b, rec::VOLUME_SEQ),
         };
         h.check_shape()?;
         Ok(h)
@@ -439,6 +483,7 @@ mod tests {
             span: 4608,
             payload_len: 4096,
             payload_crc: crc32c::crc32c(&[0xab; 4096]),
+            volume_seq: 0,
         }
     }
 

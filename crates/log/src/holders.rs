@@ -23,6 +23,7 @@
 //! segment with a record above the lowest watermark, and hands the records above the lowest
 //! must-hold watermark (the store's) to replay — not those only history still holds.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
@@ -53,6 +54,9 @@ pub struct HolderSpec {
     /// The timestamp of that record (timestamps stay strictly rising across a restart even
     /// when every record was released).
     pub ts: u64,
+    /// Per volume, the highest volume sequence number at or below `seq`: the log no longer
+    /// reads those records, so a volume quiet since then continues from here.
+    pub volume_seqs: BTreeMap<u32, u64>,
 }
 
 impl HolderSpec {
@@ -62,7 +66,14 @@ impl HolderSpec {
             kind,
             seq,
             ts,
+            volume_seqs: BTreeMap::new(),
         }
+    }
+
+    /// With the volumes' sequence numbers at its watermark.
+    pub fn with_volume_seqs(mut self, volume_seqs: BTreeMap<u32, u64>) -> Self {
+        self.volume_seqs = volume_seqs;
+        self
     }
 
     /// The store's kind of holder: a consumer whose records exist nowhere else.

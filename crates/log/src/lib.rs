@@ -136,11 +136,13 @@ impl Entry {
 }
 
 /// A record is durable: what the log says to its waiter.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Appended {
     pub seq: u64,
     pub timestamp_ns: u64,
     pub addr: LogAddr,
+    /// The volume's own sequence number ([`RecordHeader::volume_seq`]).
+    pub volume_seq: u64,
 }
 
 /// A durable record as handed to consumers.
@@ -361,7 +363,11 @@ impl Log {
                 sb.align_bytes, cfg.align_bytes
             )));
         }
-        let (recovery, mut resume) = recover::recover(&devices, &sbs, marks, keep_records)?;
+        let (mut recovery, mut resume) = recover::recover(&devices, &sbs, marks, keep_records)?;
+        for (&volume, &seq) in holders.iter().flat_map(|h| &h.volume_seqs) {
+            let last = recovery.volume_seqs.entry(volume).or_insert(0);
+            *last = (*last).max(seq);
+        }
         for (dev, (disk, start)) in devices.iter().zip(resume.starts.iter_mut()).enumerate() {
             start.generation = raise_generation_floor(disk.as_ref(), dev, start.generation)?;
         }
@@ -405,6 +411,7 @@ impl Log {
             align: (sb.align_bytes as usize).max(devices[0].alignment()),
             in_use: resume.in_use,
             holds: holders.iter().map(|h| Hold::new(h.kind, h.seq)).collect(),
+            volume_seqs: recovery.volume_seqs.clone(),
             holders: handles.iter().map(|h| Arc::clone(&h.2)).collect(),
             sync_each_write: cfg.sync_each_write,
             device_depth: cfg.device_depth,

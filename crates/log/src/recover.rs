@@ -23,17 +23,20 @@
 //! only the highest seq/ts, the newest segment and counts, so a long log of applied records
 //! costs one segment buffer per device, not a header per record.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mariner_disk::Disk;
 use mariner_placement::DeviceStart;
 
+use crate::format::RecordKind;
 use crate::format::Superblock;
 use crate::holders::OpenMarks;
 use crate::replay::ReplayPlan;
-use crate::scan::{scan_device_with, Found, SegmentSummary, Stop, Visit};
+use crate::scan::{
+    first_headers, scan_segment, segment_buffer, Found, SegmentSummary, Stop, Visit,
+};
 use crate::LogError;
 
 /// What recovery found and decided.
@@ -45,6 +48,9 @@ pub struct Recovery {
     /// Sequence numbers above the watermark that never became durable; recovery wrote a void
     /// record for each.
     pub voided: Vec<u64>,
+    /// Per volume, the highest volume sequence number seen (records scanned, and the floors
+    /// the holders passed): where the volume's numbering continues.
+    pub volume_seqs: BTreeMap<u32, u64>,
     /// Highest sequence number and timestamp seen anywhere (including the watermarks).
     pub last_seq: u64,
     pub last_ts: u64,
@@ -134,7 +140,7 @@ fn scan_all(
             .map(|(dev, (disk, sb))| {
                 s.spawn(move || {
                     let mut scan = DeviceScan::new(marks, keep_records);
-                    scan_device_with(disk.as_ref(), dev as u8, sb, &mut scan).map(|()| scan)
+                    scan_device(disk.as_ref(), dev as u8, sb, &mut scan).map(|()| scan)
                 })
             })
             .collect();
@@ -147,6 +153,61 @@ fn scan_all(
             })
             .collect()
     })
+}
+
+/// Scans one device, reading whole only the segments that may hold a record above the replay
+/// watermark, and each segment's first block otherwise.
+///
+/// On one device, records other than voids are written in sequence order, segment after
+/// segment in generation order; void records are written only when the log opens, first, with
+/// numbers below every record appended after them. So every record of a segment is below the
+/// first record of the segment written after it (the next higher generation on the device),
+/// unless that one is a void. A segment whose bound is at or below the replay watermark is not
+/// read: it holds nothing to replay and no gap; the bound stands in for its highest sequence
+/// number (which only ever keeps it in use a little longer), and its first record's timestamp
+/// and the next one's sequence number count for the log's last ones. The newest segment and
+/// any segment followed by a void are read whole.
+fn scan_device(
+    disk: &dyn Disk,
+    dev: u8,
+    sb: &Superblock,
+    scan: &mut DeviceScan,
+) -> std::io::Result<()> {
+    let firsts = first_headers(disk, sb)?;
+    let mut order: Vec<(u64, u64)> = firsts
+        .iter()
+        .zip(0u64..)
+        .filter_map(|(h, segment)| h.map(|h| (h.generation, segment)))
+        .collect();
+    order.sort_unstable();
+    let mut buf = None;
+    for (i, &(generation, segment)) in order.iter().enumerate() {
+        let next = order.get(i + 1).and_then(|&(_, s)| firsts[s as usize]);
+        let bound = next
+            .filter(|h| h.kind != RecordKind::Void)
+            .map(|h| h.seq.saturating_sub(1));
+        match (bound, firsts[segment as usize]) {
+            (Some(bound), Some(first)) if bound <= scan.after_seq => {
+                scan.skipped(&SegmentSummary {
+                    segment,
+                    generation: Some(generation),
+                    stop: Stop::End,
+                    used_bytes: 0,
+                    record_count: 0,
+                    max_seq: bound.max(first.seq),
+                    max_ts: first.timestamp_ns,
+                });
+            }
+            _ => {
+                let buf = match &mut buf {
+                    Some(b) => b,
+                    None => buf.insert(segment_buffer(disk, sb)?),
+                };
+                scan_segment(disk, dev, sb, segment, buf, scan)?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// What recovery keeps of one device's scan: the records above the replay watermark, the
@@ -169,6 +230,7 @@ struct DeviceScan {
     newest: Option<(u64, u64)>,
     last_seq: u64,
     last_ts: u64,
+    volume_seqs: BTreeMap<u32, u64>,
     segments_scanned: u64,
     bytes_scanned: u64,
     torn_tails: u64,
@@ -231,6 +293,11 @@ impl DeviceScan {
 
 impl Visit for DeviceScan {
     fn record(&mut self, found: &Found) {
+        let h = &found.header;
+        if h.volume_seq > 0 {
+            let last = self.volume_seqs.entry(h.volume).or_insert(0);
+            *last = (*last).max(h.volume_seq);
+        }
         if found.header.seq <= self.after_seq {
             return;
         }
@@ -247,6 +314,14 @@ impl Visit for DeviceScan {
         if matches!(s.stop, Stop::BadHeader | Stop::BadPayload) {
             self.torn_tails += 1;
         }
+        self.skipped(s);
+    }
+}
+
+impl DeviceScan {
+    /// A segment recovery did not read whole (or did: [`Visit::segment`]); `s.max_seq` may be
+    /// a bound rather than the exact highest sequence number.
+    fn skipped(&mut self, s: &SegmentSummary) {
         self.last_seq = self.last_seq.max(s.max_seq);
         self.last_ts = self.last_ts.max(s.max_ts);
         if let Some(generation) = s.generation {
@@ -264,6 +339,10 @@ fn absorb(rec: &mut Recovery, mut scan: DeviceScan) {
     rec.torn_tails += scan.torn_tails;
     rec.last_seq = rec.last_seq.max(scan.last_seq);
     rec.last_ts = rec.last_ts.max(scan.last_ts);
+    for (volume, seq) in scan.volume_seqs {
+        let last = rec.volume_seqs.entry(volume).or_insert(0);
+        *last = (*last).max(seq);
+    }
     if rec.records.is_empty() {
         rec.records = scan.above;
     } else {
@@ -303,6 +382,7 @@ mod tests {
                 span: 80,
                 payload_len: 0,
                 payload_crc: 0,
+                volume_seq: 0,
             },
             addr: crate::LogAddr::NONE,
         };
@@ -344,6 +424,7 @@ mod tests {
                 span: 80,
                 payload_len: 0,
                 payload_crc: 0,
+                volume_seq: 0,
             },
             addr: crate::LogAddr::NONE,
         };

@@ -171,6 +171,45 @@ pub fn scan_device_with<D: Disk + ?Sized, V: Visit>(
     })
 }
 
+/// The first record header of every segment of the device (decoded with its own generation),
+/// or `None` where the segment does not start with a valid one: what recovery orders the
+/// segments by and bounds their sequence numbers with, reading one block per segment.
+pub fn first_headers<D: Disk + ?Sized>(
+    disk: &D,
+    sb: &Superblock,
+) -> std::io::Result<Vec<Option<RecordHeader>>> {
+    let align = (sb.align_bytes as usize).max(disk.alignment()).max(512);
+    let mut buf = AlignedBuf::new(align, align)?;
+    (0..sb.segment_count)
+        .map(|segment| {
+            disk.read_at(&mut buf, sb.segment_offset(segment))?;
+            Ok(RecordHeader::decode(&buf, sb.log_id, None).ok())
+        })
+        .collect()
+}
+
+/// Reads and parses one segment, handing what it finds to `visit`. `buf` must hold a segment.
+pub fn scan_segment<D: Disk + ?Sized, V: Visit>(
+    disk: &D,
+    dev: u8,
+    sb: &Superblock,
+    segment: u64,
+    buf: &mut [u8],
+    visit: &mut V,
+) -> std::io::Result<()> {
+    let base = sb.segment_offset(segment);
+    disk.read_at(buf, base)?;
+    let summary = parse_segment_with(sb.log_id, dev, segment, base, buf, |f| visit.record(f));
+    visit.segment(&summary);
+    Ok(())
+}
+
+/// A buffer for one segment of `disk`, aligned as its reads must be.
+pub fn segment_buffer<D: Disk + ?Sized>(disk: &D, sb: &Superblock) -> std::io::Result<AlignedBuf> {
+    let align = (sb.align_bytes as usize).max(disk.alignment()).max(512);
+    AlignedBuf::new(sb.segment_bytes as usize, align)
+}
+
 /// Reads each segment of the device into one buffer and calls `f(segment, base, image)`.
 fn for_each_segment<D: Disk + ?Sized>(
     disk: &D,
@@ -211,6 +250,7 @@ mod tests {
             span,
             payload_len: payload.len() as u32,
             payload_crc: crc32c::crc32c(payload),
+            volume_seq: 0,
         };
         let mut hb = [0u8; RECORD_HEADER_LEN];
         h.encode(7, &mut hb);

@@ -22,7 +22,7 @@
 //! therefore be driven with simulated time and simulated completions (crates/sim's
 //! `tests/writer_vs_sim.rs` checks it makes the simulator's dispatch decisions, issue 5).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -34,7 +34,7 @@ use tokio::sync::oneshot;
 
 use crate::clock::Clock;
 use crate::dispatch::Dispatch;
-use crate::format::{LogAddr, RecordHeader, RECORD_HEADER_LEN};
+use crate::format::{LogAddr, RecordHeader, RecordKind, RECORD_HEADER_LEN};
 use crate::holders::{Hold, HolderStats};
 use crate::stats::LogStats;
 use crate::{Appended, Durable, DurableSink, Entry, LogError};
@@ -214,6 +214,8 @@ pub(crate) struct Writer {
     pub core: Dispatch<LinearModel>,
     /// Each holder's handle stats, in the order of `core`'s holds.
     holders: Vec<Arc<HolderStats>>,
+    /// Each volume's last volume sequence number given out.
+    volume_seqs: HashMap<u32, u64>,
     pub stats: Arc<LogStats>,
     pub failed: Arc<Mutex<Option<String>>>,
     pub next_seq: u64,
@@ -249,6 +251,8 @@ pub(crate) struct WriterParts {
     /// The holders' watermarks as opened, and their handles' stats in the same order.
     pub holds: Vec<Hold>,
     pub holders: Vec<Arc<HolderStats>>,
+    /// Each volume's last volume sequence number, as recovery found it.
+    pub volume_seqs: BTreeMap<u32, u64>,
     pub sync_each_write: bool,
     /// Threads writing each device's batches (the policy's device depth), at least 1.
     pub device_depth: u32,
@@ -281,6 +285,7 @@ fn assemble(
         log_id: parts.log_id,
         core: Dispatch::new(parts.policy, parts.in_use, parts.holds),
         holders: parts.holders,
+        volume_seqs: parts.volume_seqs.into_iter().collect(),
         stats: Arc::clone(&parts.stats),
         failed: parts.failed,
         next_seq: parts.next_seq,
@@ -503,6 +508,7 @@ fn acknowledge(ctx: &DeviceCtx, batch: Vec<Pending>) {
             seq: p.header.seq,
             timestamp_ns: p.header.timestamp_ns,
             addr: p.addr,
+            volume_seq: p.header.volume_seq,
         };
         let _ = p.reply.send(Ok(appended));
     }
@@ -579,6 +585,14 @@ impl Writer {
             s
         });
         self.last_ts = wall.max(self.last_ts + 1);
+        // Void records stand for nothing that happened to a volume: not stamped.
+        let volume_seq = if entry.kind == RecordKind::Void {
+            0
+        } else {
+            let last = self.volume_seqs.entry(entry.volume).or_insert(0);
+            *last += 1;
+            *last
+        };
         let payload_len = entry.payload_len();
         let header = RecordHeader {
             kind: entry.kind,
@@ -592,6 +606,7 @@ impl Writer {
             span: 0,
             payload_len,
             payload_crc: crc32c::crc32c(&entry.payload),
+            volume_seq,
         };
         let bytes = RECORD_HEADER_LEN as u64 + u64::from(payload_len);
         let addr = LogAddr::NONE;

@@ -50,6 +50,7 @@ fn valid_header() -> impl Strategy<Value = RecordHeader> {
                     span: min_span.saturating_add(extra % 4096),
                     payload_len,
                     payload_crc: crc,
+                    volume_seq: seq ^ timestamp_ns,
                 }
             },
         )
@@ -139,6 +140,7 @@ fn segment(batches: &[Vec<(RecordKind, u16)>], generation: u64) -> (Vec<u8>, Vec
                 span: span as u32,
                 payload_len: payload.len() as u32,
                 payload_crc: crc32c::crc32c(&payload),
+                volume_seq: 0,
             };
             let at = start + pos;
             image[at..at + RECORD_HEADER_LEN].copy_from_slice(&encode(&h));

@@ -61,7 +61,8 @@ fn round_up(n: u64, to: u64) -> u64 {
     n.div_ceil(to) * to
 }
 
-/// A header for `kind`, with `payload_len` and `payload_crc` filled in from `payload`.
+/// A header for `kind`, with `payload_len` and `payload_crc` filled in from `payload`, and a
+/// volume sequence number of `seq - 960` (0 for a void).
 #[allow(clippy::too_many_arguments)]
 fn header(
     kind: RecordKind,
@@ -85,6 +86,11 @@ fn header(
         span,
         payload_len: payload.len() as u32,
         payload_crc: crc32c::crc32c(payload),
+        volume_seq: if kind == RecordKind::Void {
+            0
+        } else {
+            seq - 960
+        },
     }
 }
 
@@ -97,8 +103,10 @@ struct GoldenRecord {
 /// One record of each kind, as the writer would put them on device 1 at the start of segment 3:
 /// the write alone in a first batch (span 80 + 512 padded to 1024; no previous record since
 /// open, so `back` is none), then a second batch of trim, write-zeroes and void (spans 80, 80,
-/// and 512 − 160 = 352 for the last, which covers the padding). A write carries `length` bytes
-/// of payload; the others none.
+/// and 512 − 160 = 352 for the last, which covers the padding), then a third of the volume
+/// lifecycle and a history gap (spans 80, 80, 80 and 512 − 240 = 272). A write carries
+/// `length` bytes of payload; the others none. Created: `offset` the size (10 GiB), `length`
+/// the block size; resized: `offset` the new size; gap: `offset` the timestamp it starts at.
 fn records() -> Vec<GoldenRecord> {
     let data = pattern(512, 11);
     let write_span = round_up(RECORD_HEADER_LEN as u64 + 512, ALIGN) as u32;
@@ -149,6 +157,62 @@ fn records() -> Vec<GoldenRecord> {
         GoldenRecord {
             file: "record-void.bin",
             header: header(RecordKind::Void, 0, 0, 0, 1004, at(1104), 352, &[]),
+            payload: Vec::new(),
+        },
+        GoldenRecord {
+            file: "record-volume-created.bin",
+            header: header(
+                RecordKind::VolumeCreated,
+                9,
+                10 << 30,
+                4096,
+                1005,
+                at(1184),
+                RECORD_HEADER_LEN as u32,
+                &[],
+            ),
+            payload: Vec::new(),
+        },
+        GoldenRecord {
+            file: "record-volume-resized.bin",
+            header: header(
+                RecordKind::VolumeResized,
+                9,
+                20 << 30,
+                0,
+                1006,
+                at(1536),
+                RECORD_HEADER_LEN as u32,
+                &[],
+            ),
+            payload: Vec::new(),
+        },
+        GoldenRecord {
+            file: "record-volume-deleted.bin",
+            header: header(
+                RecordKind::VolumeDeleted,
+                9,
+                0,
+                0,
+                1007,
+                at(1616),
+                RECORD_HEADER_LEN as u32,
+                &[],
+            ),
+            payload: Vec::new(),
+        },
+        GoldenRecord {
+            file: "record-history-gap.bin",
+            header: header(
+                RecordKind::HistoryGap,
+                7,
+                1_700_000_000_000_000_500,
+                0,
+                1008,
+                at(1696),
+                272,
+                &[],
+            ),
             payload: Vec::new(),
         },
     ]
@@ -300,9 +364,32 @@ fn the_golden_set_has_one_record_of_each_kind() {
             RecordKind::Write,
             RecordKind::Trim,
             RecordKind::WriteZeroes,
-            RecordKind::Void
+            RecordKind::Void,
+            RecordKind::VolumeCreated,
+            RecordKind::VolumeResized,
+            RecordKind::VolumeDeleted,
+            RecordKind::HistoryGap,
         ]
     );
+}
+
+/// Version 1 records (committed before version 2 existed, `tests/golden/v1/`) still decode:
+/// the bytes version 2 gives the volume sequence number were reserved zeros, so they read as
+/// 0, not stamped.
+#[test]
+fn version_1_records_still_decode_unstamped() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/v1");
+    for r in records().into_iter().take(2) {
+        let committed = std::fs::read(dir.join(r.file)).unwrap();
+        assert_eq!(u16::from_le_bytes([committed[4], committed[5]]), 1);
+        let h = RecordHeader::decode(&committed, LOG_ID, None).unwrap();
+        let want = RecordHeader {
+            volume_seq: 0,
+            ..r.header
+        };
+        assert_eq!(h, want, "{}", r.file);
+        h.verify_payload(&committed[RECORD_HEADER_LEN..]).unwrap();
+    }
 }
 
 #[test]
@@ -437,9 +524,10 @@ fn constants_are_the_documented_ones() {
     assert_eq!(RECORD_MAGIC.to_le_bytes(), *b"MRNR");
     assert_eq!(RECORD_MAGIC, 0x524e_524d);
     assert_eq!(SUPERBLOCK_MAGIC, *b"MRNRLOG\0");
-    assert_eq!(FormatVersion::CURRENT.code(), 1);
+    assert_eq!(FormatVersion::CURRENT.code(), 2);
     assert_eq!(FormatVersion::from_code(1), Ok(FormatVersion::V1));
-    for code in [0, 2, u16::MAX] {
+    assert_eq!(FormatVersion::from_code(2), Ok(FormatVersion::V2));
+    for code in [0, 3, u16::MAX] {
         assert_eq!(
             FormatVersion::from_code(code),
             Err(FormatError::UnsupportedVersion(code))
@@ -450,13 +538,18 @@ fn constants_are_the_documented_ones() {
         (2, RecordKind::Trim, false),
         (3, RecordKind::WriteZeroes, false),
         (4, RecordKind::Void, false),
+        (5, RecordKind::VolumeCreated, false),
+        (6, RecordKind::VolumeResized, false),
+        (7, RecordKind::VolumeDeleted, false),
+        (8, RecordKind::HistoryGap, false),
     ];
     for (code, kind, payload) in kinds {
         assert_eq!(kind.code(), code);
         assert_eq!(RecordKind::from_code(code), Ok(kind));
         assert_eq!(kind.has_payload(), payload);
+        assert_eq!(kind.changes_data(), code <= 3);
     }
-    for code in [0, 5, u8::MAX] {
+    for code in [0, 9, u8::MAX] {
         assert_eq!(
             RecordKind::from_code(code),
             Err(FormatError::UnknownKind(code))
@@ -492,12 +585,13 @@ fn record_fields_sit_at_documented_offsets() {
         span: 0x0c1c_2c3c,
         payload_len: 0x0b1b_2b3b,
         payload_crc: 0x3132_3334,
+        volume_seq: 0x7172_7374_7576_7778,
     };
     let mut b = [0u8; RECORD_HEADER_LEN];
     h.encode(LOG_ID, &mut b);
 
     assert_eq!(&b[0..4], b"MRNR");
-    assert_eq!(le_u16(&b, 4), 1, "version");
+    assert_eq!(le_u16(&b, 4), 2, "version");
     assert_eq!(b[6], 1, "kind");
     assert_eq!(b[7], 0, "flags");
     assert_eq!(le_u32(&b, 8), h.volume);
@@ -510,7 +604,7 @@ fn record_fields_sit_at_documented_offsets() {
     assert_eq!(le_u32(&b, 56), h.span);
     assert_eq!(le_u32(&b, 60), h.payload_len);
     assert_eq!(le_u32(&b, 64), h.payload_crc);
-    assert_eq!(b[68..76], [0; 8], "reserved");
+    assert_eq!(le_u64(&b, 68), h.volume_seq, "volume_seq");
 
     // header_crc = CRC32C(log_id LE 16 bytes ‖ generation LE 8 bytes ‖ header bytes 0..76).
     let mut salted = Vec::new();
@@ -538,7 +632,7 @@ fn superblock_fields_sit_at_documented_offsets() {
     let b = s.encode();
 
     assert_eq!(&b[0..8], b"MRNRLOG\0");
-    assert_eq!(le_u16(&b, 8), 1, "version");
+    assert_eq!(le_u16(&b, 8), 2, "version");
     assert_eq!(le_u16(&b, 10), s.device_index);
     assert_eq!(le_u16(&b, 12), s.device_count);
     assert_eq!(b[14..16], [0; 2], "reserved");

@@ -34,9 +34,8 @@ fn cfg() -> LogConfig {
 }
 
 fn device() -> Vec<Arc<dyn Disk>> {
-    let devs: Vec<Arc<dyn Disk>> = vec![Arc::new(MemDisk::new(
-        64 * 1024 + SEGMENTS * SEG as usize,
-    ))];
+    let devs: Vec<Arc<dyn Disk>> =
+        vec![Arc::new(MemDisk::new(64 * 1024 + SEGMENTS * SEG as usize))];
     Log::format(&devs, &cfg(), LOG_ID).unwrap();
     devs
 }
@@ -114,7 +113,9 @@ fn a_must_hold_holder_still_makes_writers_wait_beside_a_shrinkable_one() {
     let history = log.holder("history").unwrap();
     history.release(acked.last().unwrap().seq);
     assert!(log.stats().stalled.load(Relaxed) > 0);
-    log.holder("store").unwrap().release(acked.last().unwrap().seq);
+    log.holder("store")
+        .unwrap()
+        .release(acked.last().unwrap().seq);
     assert_eq!(log.stats().stalled.load(Relaxed), 0);
 }
 
@@ -192,9 +193,15 @@ fn a_restart_keeps_what_the_lowest_holder_holds_and_replays_what_the_store_lacks
     let (log, rec) = Log::open(devs.to_vec(), cfg(), LOG_ID, &holders, Arc::new(Ignore)).unwrap();
     let replayed: Vec<u64> = rec.records.iter().map(|f| f.header.seq).collect();
     let lacked: Vec<u64> = acked[20..].iter().map(|a| a.seq).collect();
-    assert_eq!(replayed, lacked, "the store is handed what it lacks, no more");
+    assert_eq!(
+        replayed, lacked,
+        "the store is handed what it lacks, no more"
+    );
     // History's segments stay in use, those holding only what the store applied included.
-    assert!(used >= 2, "the test needs records the store applied in a segment of their own");
+    assert!(
+        used >= 2,
+        "the test needs records the store applied in a segment of their own"
+    );
     assert_eq!(log.stats().segments_used.load(Relaxed), used);
     for a in &acked {
         let (h, payload) = log.read(a.addr, a.seq).unwrap();

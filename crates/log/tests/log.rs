@@ -259,11 +259,23 @@ fn foreign_missing_and_reformatted_devices_are_refused() {
         Err(LogError::AlreadyFormatted { dev: 0 })
     ));
     let sink = || Arc::new(Collect::default());
-    let r = Log::open(vec![a.clone(), b.clone()], cfg(), LOG_ID + 1, &consumer(0), sink());
+    let r = Log::open(
+        vec![a.clone(), b.clone()],
+        cfg(),
+        LOG_ID + 1,
+        &consumer(0),
+        sink(),
+    );
     assert!(matches!(r, Err(LogError::ForeignDevice { .. })));
     let r = Log::open(vec![a.clone()], cfg(), LOG_ID, &consumer(0), sink());
     assert!(matches!(r, Err(LogError::WrongPosition { .. })));
-    let r = Log::open(vec![b.clone(), a.clone()], cfg(), LOG_ID, &consumer(0), sink());
+    let r = Log::open(
+        vec![b.clone(), a.clone()],
+        cfg(),
+        LOG_ID,
+        &consumer(0),
+        sink(),
+    );
     assert!(matches!(r, Err(LogError::WrongPosition { .. })));
     let blank: Arc<dyn Disk> = Arc::new(MemDisk::new(1 << 20));
     let r = Log::open(vec![a, blank], cfg(), LOG_ID, &consumer(0), sink());
@@ -321,7 +333,9 @@ fn wrapping_the_log_leaves_stale_records_invisible() {
         last = append_sync(&log, Entry::write(1, i, payload(i, 3000)))
             .unwrap()
             .seq;
-        log.holder(CONSUMER).unwrap().release(last.saturating_sub(5));
+        log.holder(CONSUMER)
+            .unwrap()
+            .release(last.saturating_sub(5));
     }
     log.shutdown();
     let (_, rec) = open(&devs, last - 5).unwrap();
@@ -344,7 +358,9 @@ fn streaming_replay_follows_generations_around_the_ring() {
         last = append_sync(&log, Entry::write(1, i, payload(i, 3000)))
             .unwrap()
             .seq;
-        log.holder(CONSUMER).unwrap().release(last.saturating_sub(45));
+        log.holder(CONSUMER)
+            .unwrap()
+            .release(last.saturating_sub(45));
     }
     log.shutdown();
     let after = last - 45;
@@ -648,4 +664,54 @@ fn the_next_batch_is_written_while_the_last_one_is_acknowledged() {
     assert_eq!(second.blocking_recv().unwrap().unwrap().seq, 2);
     assert_eq!(*sink.seen.lock().unwrap(), vec![1, 2]);
     log.shutdown();
+}
+
+/// Every record of a volume gets the next of the volume's own sequence numbers, in log order;
+/// the numbering continues after a restart, from the records recovery finds or, for a volume
+/// whose records were all released and overwritten, from the floor the holder passes.
+#[test]
+fn volume_sequence_numbers_count_each_volume_and_continue_after_a_restart() {
+    let devs: Vec<Arc<dyn Disk>> = vec![Arc::new(MemDisk::new(64 * 1024 + 4 * SEG as usize))];
+    Log::format(&devs, &cfg(), LOG_ID).unwrap();
+    let (log, _) = open(&devs, 0).unwrap();
+    let vseq = |log: &Log, volume: u32| {
+        append_sync(log, Entry::write(volume, 0, payload(1, 512)))
+            .unwrap()
+            .volume_seq
+    };
+    let got: Vec<u64> = [1, 2, 1, 1, 2].iter().map(|&v| vseq(&log, v)).collect();
+    assert_eq!(got, [1, 1, 2, 3, 2]);
+    let trim = append_sync(&log, Entry::extent(RecordKind::Trim, 2, 0, 4096)).unwrap();
+    assert_eq!(trim.volume_seq, 3, "every kind of record counts");
+    log.shutdown();
+
+    let (log, rec) = open(&devs, 0).unwrap();
+    assert_eq!(
+        rec.records.iter().map(|f| f.header.volume_seq).max(),
+        Some(3)
+    );
+    assert_eq!((vseq(&log, 1), vseq(&log, 2)), (4, 4));
+    // Volume 2 alone wraps the log; volume 1's records are released and overwritten.
+    let holder = log.holder(CONSUMER).unwrap();
+    let mut last = Default::default();
+    for i in 0..200u64 {
+        last = append_sync(&log, Entry::write(2, i * 4096, payload(i, 3000))).unwrap();
+        holder.release(last.seq);
+    }
+    assert_eq!(last.volume_seq, 204);
+    log.shutdown();
+
+    let floors = [(1, 4), (2, last.volume_seq)].into_iter().collect();
+    let spec =
+        [HolderSpec::must_hold(CONSUMER, last.seq, last.timestamp_ns).with_volume_seqs(floors)];
+    let (log, rec) = Log::open(
+        devs.clone(),
+        cfg(),
+        LOG_ID,
+        &spec,
+        Arc::new(Collect::default()),
+    )
+    .unwrap();
+    assert!(rec.records.is_empty());
+    assert_eq!((vseq(&log, 1), vseq(&log, 2), vseq(&log, 3)), (5, 205, 1));
 }

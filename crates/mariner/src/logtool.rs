@@ -68,7 +68,7 @@ pub fn dump(a: &LogArgs) -> Result<ExitCode, String> {
     }
     records.sort_by_key(|(_, r)| r.header.seq);
     println!(
-        "{:>10} {:>20} {:>4} {:>14} {:>8} {:>6} {:>6} {:>14} {:>10}",
+        "{:>10} {:>20} {:>4} {:>14} {:>8} {:>6} {:>7} {:>14} {:>10} {:>10}",
         "SEQ",
         "TIMESTAMP_NS",
         "DEV",
@@ -77,12 +77,13 @@ pub fn dump(a: &LogArgs) -> Result<ExitCode, String> {
         "GEN",
         "KIND",
         "VOL_OFFSET",
-        "LENGTH"
+        "LENGTH",
+        "VOL_SEQ"
     );
     for (segment, r) in records.iter().take(a.limit.unwrap_or(usize::MAX)) {
         let h = &r.header;
         println!(
-            "{:>10} {:>20} {:>4} {:>14} {:>8} {:>6} {:>6} {:>14} {:>10}",
+            "{:>10} {:>20} {:>4} {:>14} {:>8} {:>6} {:>7} {:>14} {:>10} {:>10}",
             h.seq,
             h.timestamp_ns,
             r.addr.dev(),
@@ -91,7 +92,8 @@ pub fn dump(a: &LogArgs) -> Result<ExitCode, String> {
             h.generation,
             kind_name(h.kind),
             format!("{}:{}", h.volume, h.offset),
-            h.length
+            h.length,
+            h.volume_seq
         );
     }
     Ok(ExitCode::SUCCESS)
@@ -103,6 +105,10 @@ fn kind_name(k: RecordKind) -> &'static str {
         RecordKind::Trim => "trim",
         RecordKind::WriteZeroes => "zeroes",
         RecordKind::Void => "void",
+        RecordKind::VolumeCreated => "created",
+        RecordKind::VolumeResized => "resized",
+        RecordKind::VolumeDeleted => "deleted",
+        RecordKind::HistoryGap => "gap",
     }
 }
 

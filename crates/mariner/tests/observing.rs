@@ -71,6 +71,26 @@ fn log_verify_and_dump_inspect_the_log_offline() {
     assert!(has("write", 2 * MIB, MIB), "{dump}");
     assert!(has("trim", 2 * MIB, 512 << 10), "{dump}");
     assert!(has("zeroes", 8 * MIB, 64 << 10), "{dump}");
+    // The volume's creation is recorded before its writes, and the volume's own sequence
+    // numbers (last column) count its records from 1 in log order.
+    let of_volume: Vec<&Vec<&str>> = rows
+        .iter()
+        .filter(|r| {
+            r.get(7)
+                .is_some_and(|v| v.starts_with(&format!("{vol_id}:")))
+        })
+        .collect();
+    assert_eq!(
+        of_volume.first().and_then(|r| r.get(6)),
+        Some(&"created"),
+        "{dump}"
+    );
+    let vseqs: Vec<u64> = of_volume.iter().map(|r| r[9].parse().unwrap()).collect();
+    assert_eq!(
+        vseqs,
+        (1..=vseqs.len() as u64).collect::<Vec<_>>(),
+        "{dump}"
+    );
     let seqs: Vec<u64> = rows.iter().map(|r| r[0].parse().unwrap()).collect();
     assert!(
         seqs.windows(2).all(|w| w[0] < w[1]),

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use mariner_disk::{Disk, FailAfter, FileDisk, OpenOptions, VolatileDisk};
-use mariner_log::{LinearModel, Log, LogConfig};
+use mariner_log::{Entry, LinearModel, Log, LogConfig, RecordKind};
 use mariner_nbd::{Export, ExportInfo, Exports};
 use mariner_store::{Progress, Store, StoreConfig};
 use serde::Serialize;
@@ -281,8 +281,11 @@ impl Node {
                 created_ns: now_ns(),
                 read_only: false,
             };
+            // The record that the volume exists precedes any of its writes in the log.
+            let created = Entry::extent(RecordKind::VolumeCreated, id, size_bytes, block_size);
             let saved = open_image(&self.dir, &self.cfg, &meta)
-                .and_then(|image| self.dir.save_volume(&meta).map(|()| image));
+                .and_then(|image| self.dir.save_volume(&meta).map(|()| image))
+                .and_then(|image| self.log_lifecycle(created).map(|()| image));
             if saved.is_err() {
                 self.release_volume_id(id);
             }
@@ -354,6 +357,8 @@ impl Node {
                 "volume {name} has {n} connected client(s)"
             )));
         }
+        let id = vol.meta().id;
+        self.log_lifecycle(Entry::extent(RecordKind::VolumeDeleted, id, 0, 0))?;
         if let Ok(mut v) = self.volumes.write() {
             v.remove(name);
         }
@@ -365,6 +370,21 @@ impl Node {
         self.dir.delete_volume(name)?;
         tracing::info!(volume = name, "volume deleted");
         Ok(())
+    }
+
+    /// Appends a volume lifecycle record (created, resized, deleted) and waits until it is
+    /// durable. Called on administration paths: a blocking-pool thread, or start-up, which
+    /// may run on a runtime thread where blocking on the log's future is not allowed — so the
+    /// wait runs on a thread of its own (a few per volume's lifetime).
+    fn log_lifecycle(&self, entry: Entry) -> Result<(), NodeError> {
+        let durable = self.log.append(entry)?;
+        let waited = std::thread::scope(|s| s.spawn(|| durable.blocking_recv()).join());
+        match waited {
+            Ok(Ok(Ok(_))) => Ok(()),
+            Ok(Ok(Err(e))) => Err(e.into()),
+            Ok(Err(_)) => Err(mariner_log::LogError::Shutdown.into()),
+            Err(_) => Err(NodeError::Io("waiting for the log panicked".into())),
+        }
     }
 
     /// The lock that serializes volume administration.
@@ -411,6 +431,12 @@ impl Node {
         m.size_bytes = size_bytes;
         self.dir.save_volume(&m)?;
         vol.set_size(size_bytes);
+        self.log_lifecycle(Entry::extent(
+            RecordKind::VolumeResized,
+            m.id,
+            size_bytes,
+            0,
+        ))?;
         tracing::info!(volume = name, size_bytes, "volume grown");
         self.warn_overcommit();
         self.volume_info(name)

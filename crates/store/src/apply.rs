@@ -117,6 +117,8 @@ pub(crate) struct Cursor {
     readback: Vec<u8>,
     next: u64,
     applied_ts: u64,
+    /// Per volume, the volume sequence number of the last record applied.
+    volume_seqs: BTreeMap<u32, u64>,
     unsynced_bytes: u64,
     last_sync: Instant,
     /// The records applied since the last sync, to apply again if the sync fails for want of
@@ -158,6 +160,7 @@ impl Store {
             readback: Vec::new(),
             next: p.applied_seq + 1,
             applied_ts: p.applied_ts,
+            volume_seqs: p.volume_seqs,
             unsynced_bytes: 0,
             last_sync: self.clock.now(),
             unsynced: Vec::new(),
@@ -222,7 +225,7 @@ impl Store {
                 due = Some(now + self.defer(&q).unwrap_or_default());
             }
         }
-        if c.next - 1 > self.progress().applied_seq {
+        if c.next - 1 > self.applied_seq() {
             let interval = Duration::from_millis(self.cfg.sync_interval_ms);
             let sync = c.last_sync + interval;
             due = Some(due.map_or(sync, |d| d.min(sync)));
@@ -234,7 +237,7 @@ impl Store {
     /// space, takes the records since the last sync back to apply them again.
     fn sync_if_due(&self, c: &mut Cursor, shutdown: bool) -> Result<(), StoreError> {
         let interval = Duration::from_millis(self.cfg.sync_interval_ms);
-        let behind = c.next - 1 > self.progress().applied_seq;
+        let behind = c.next - 1 > self.applied_seq();
         let due = c.unsynced_bytes >= self.cfg.sync_bytes
             || self.since(c.last_sync) >= interval
             || self.log_pressure()
@@ -257,7 +260,7 @@ impl Store {
         } else if !behind {
             c.last_sync = self.clock.now();
         }
-        let synced = c.next - 1 <= self.progress().applied_seq;
+        let synced = c.next - 1 <= self.applied_seq();
         if c.short_of_space && c.retry_at.is_none() && synced {
             self.room_again(c);
         }
@@ -351,6 +354,7 @@ impl Store {
         self.requeue(items.collect::<Vec<_>>());
         c.next = p.applied_seq + 1;
         c.applied_ts = p.applied_ts;
+        c.volume_seqs = p.volume_seqs;
         c.unsynced_bytes = 0;
         self.stats.applied_seq.store(p.applied_seq, Relaxed);
     }
@@ -491,6 +495,10 @@ impl Store {
         c.unsynced.push((item.header, item.addr));
         c.next = item.header.seq + 1;
         c.applied_ts = c.applied_ts.max(item.header.timestamp_ns);
+        if item.header.volume_seq > 0 {
+            c.volume_seqs
+                .insert(item.header.volume, item.header.volume_seq);
+        }
         c.unsynced_bytes += u64::from(item.header.payload_len);
         self.stats.applied_seq.store(item.header.seq, Relaxed);
         self.stats.applied_records.fetch_add(1, Relaxed);
@@ -503,7 +511,7 @@ impl Store {
     /// whose payload is not in memory, see [`readback_run`]).
     fn apply_one(&self, item: &Item, fetched: Option<&[u8]>) -> Result<(), StoreError> {
         let h = &item.header;
-        if h.kind == RecordKind::Void {
+        if !h.kind.changes_data() {
             return Ok(());
         }
         let Ok(image) = self.image(h.volume) else {
@@ -528,7 +536,11 @@ impl Store {
             RecordKind::Trim | RecordKind::WriteZeroes => {
                 image.disk.punch_hole(h.offset, u64::from(h.length))?;
             }
-            RecordKind::Void => {}
+            RecordKind::Void
+            | RecordKind::VolumeCreated
+            | RecordKind::VolumeResized
+            | RecordKind::VolumeDeleted
+            | RecordKind::HistoryGap => {}
         }
         if let Ok(mut o) = image.overlay.lock() {
             o.remove(h.offset, end, h.seq);
@@ -591,19 +603,21 @@ impl Store {
         let p = Progress {
             applied_seq: c.next - 1,
             applied_ts: c.applied_ts,
+            volume_seqs: c.volume_seqs.clone(),
         };
         let saved = match &self.progress_file {
             Some(f) => f.save(&p),
             None => p.store(&self.cfg.progress_path),
         };
         saved.map_err(|e| SyncError::from(StoreError::Progress(e)))?;
+        let applied_seq = p.applied_seq;
         if let Ok(mut g) = self.progress.lock() {
             *g = p;
         }
-        self.stats.synced_seq.store(p.applied_seq, Relaxed);
+        self.stats.synced_seq.store(applied_seq, Relaxed);
         self.stats.syncs.fetch_add(1, Relaxed);
         if let Some(holder) = self.holder.get() {
-            holder.release(p.applied_seq);
+            holder.release(applied_seq);
         }
         Ok(())
     }
@@ -649,6 +663,7 @@ mod tests {
                     span,
                     payload_len: payload,
                     payload_crc: 0,
+                    volume_seq: 0,
                 };
                 Item {
                     header,

@@ -25,6 +25,7 @@
 //!   failed ([`Store::out_of_space`] says why meanwhile; the volume refuses writes with ENOSPC).
 
 pub mod extents;
+pub mod fuzzing;
 pub mod progress;
 
 mod apply;
@@ -335,6 +336,7 @@ impl Store {
                 span: 0,
                 payload_len: 0,
                 payload_crc: 0,
+                volume_seq: 0,
             },
             addr: LogAddr::NONE,
             payload: Bytes::new(),
@@ -402,11 +404,17 @@ impl Store {
     pub fn holder_spec(&self) -> HolderSpec {
         let p = self.progress();
         HolderSpec::must_hold(STORE_HOLDER, p.applied_seq, p.applied_ts)
+            .with_volume_seqs(p.volume_seqs)
     }
 
     /// The persisted watermark.
     pub fn progress(&self) -> Progress {
-        self.progress.lock().map(|p| *p).unwrap_or_default()
+        self.progress.lock().map(|p| p.clone()).unwrap_or_default()
+    }
+
+    /// The persisted watermark's sequence number (without copying the rest).
+    pub fn applied_seq(&self) -> u64 {
+        self.progress.lock().map(|p| p.applied_seq).unwrap_or(0)
     }
 
     fn accept(&self, records: &[Durable], keep_payload: bool) {
@@ -465,7 +473,11 @@ impl Store {
                 payload,
             },
             RecordKind::Trim | RecordKind::WriteZeroes => Source::Zero,
-            RecordKind::Void => return,
+            RecordKind::Void
+            | RecordKind::VolumeCreated
+            | RecordKind::VolumeResized
+            | RecordKind::VolumeDeleted
+            | RecordKind::HistoryGap => return,
         };
         let Ok(image) = self.image(h.volume) else {
             return;

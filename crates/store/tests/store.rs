@@ -426,3 +426,55 @@ fn crashes_of_log_and_image_lose_no_acknowledged_write() {
         crash_model(seed, 2);
     }
 }
+
+/// The store's watermark carries each volume's last volume sequence number, and a store
+/// reopened on it opens the log so that a volume whose records are all released and
+/// overwritten continues its numbering: nothing but the watermark remembers it.
+#[test]
+fn the_watermark_keeps_each_volumes_sequence_number_across_a_wrapped_log() {
+    let log: Arc<dyn Disk> = Arc::new(MemDisk::new(1 << 20));
+    let (dir, image, n) = fresh_node(Arc::clone(&log), false, |cfg| StoreConfig {
+        apply_idle_ms: 0,
+        apply_max_delay_ms: 0,
+        ..cfg
+    });
+    for i in 0..3 {
+        assert!(write(&n, i * 4096, vec![1; 4096]));
+    }
+    // Enough writes to another volume to wrap the 1 MiB log many times over.
+    const OTHER: u32 = VOL + 1;
+    n.store
+        .add_volume(OTHER, Arc::new(MemDisk::new(SIZE as usize)), SIZE);
+    let mut last = 0;
+    for i in 0..1000u64 {
+        let e = Entry::write(OTHER, (i % 64) * 4096, Bytes::from(vec![2; 4096]));
+        last = n
+            .log
+            .append(e)
+            .unwrap()
+            .blocking_recv()
+            .unwrap()
+            .unwrap()
+            .seq;
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while n.store.applied_seq() < last {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the store did not sync"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let p = n.store.progress();
+    assert_eq!(p.volume_seqs.get(&VOL), Some(&3));
+    assert_eq!(p.volume_seqs.get(&OTHER), Some(&1000));
+    n.store.shutdown();
+    n.log.shutdown();
+
+    let n = open(dir.path(), &[log], image, false);
+    let e = Entry::write(VOL, 0, Bytes::from(vec![3; 4096]));
+    let a = n.log.append(e).unwrap().blocking_recv().unwrap().unwrap();
+    assert_eq!(a.volume_seq, 4, "volume {VOL} continues its numbering");
+    n.store.shutdown();
+    n.log.shutdown();
+}

@@ -36,7 +36,7 @@ impl ProgressFile for MemProgress {
             return Err(std::io::ErrorKind::StorageFull.into());
         }
         if let Ok(mut g) = self.saved.lock() {
-            *g = *p;
+            *g = p.clone();
         }
         Ok(())
     }
@@ -93,6 +93,9 @@ pub(crate) struct World {
     node: Option<Node>,
     waiting: Vec<Waiter>,
     known: BTreeMap<u64, Known>,
+    /// Per volume, every acknowledged record's sequence number and volume sequence number,
+    /// across crashes: the volume's numbering must rise with the log's.
+    volume_seqs: BTreeMap<u32, BTreeMap<u64, u64>>,
     model: Vec<Volume>,
     trace: VecDeque<String>,
     verbose: bool,
@@ -139,6 +142,7 @@ impl World {
             node: None,
             waiting: Vec::new(),
             known: BTreeMap::new(),
+            volume_seqs: BTreeMap::new(),
             model,
             trace: VecDeque::new(),
             verbose,
@@ -176,7 +180,12 @@ impl World {
     /// what recovery found against the records appended, and checks every volume reads as
     /// the model says.
     pub(crate) fn open(&mut self) -> Result<(), Failure> {
-        let progress = self.progress.saved.lock().map(|p| *p).unwrap_or_default();
+        let progress = self
+            .progress
+            .saved
+            .lock()
+            .map(|p| p.clone())
+            .unwrap_or_default();
         let p = self.setup.store;
         let cfg = StoreConfig {
             progress_path: "unused: the watermark is kept in memory".into(),
@@ -188,7 +197,7 @@ impl World {
         };
         let clock: Arc<dyn Clock> = self.clock.clone();
         let file: Arc<dyn ProgressFile> = self.progress.clone();
-        let store = Store::simulated(cfg, progress, Arc::clone(&clock), file);
+        let store = Store::simulated(cfg, progress.clone(), Arc::clone(&clock), file);
         for (i, img) in self.images.iter().enumerate() {
             store.add_volume(vol_id(i), img.disk.clone(), img.size);
         }
@@ -328,9 +337,31 @@ impl World {
                     }
                     if !w.void {
                         self.acknowledged(a.seq, a.timestamp_ns)?;
+                        self.check_volume_seq(a.seq, a.volume_seq)?;
                     }
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// The acknowledged record `seq` got volume sequence number `vseq`: above that of every
+    /// earlier acknowledged record of its volume and below every later one's, before and after
+    /// crashes (a restart continues the numbering from what recovery and the store's watermark
+    /// say, even when the volume's records were released and overwritten).
+    fn check_volume_seq(&mut self, seq: u64, vseq: u64) -> Result<(), Failure> {
+        let Some(volume) = self.known.get(&seq).map(|k| k.rec.volume) else {
+            return Err(self.fail(format!("acknowledged record {seq} was never appended")));
+        };
+        let seqs = self.volume_seqs.entry(volume).or_default();
+        let before = seqs.range(..seq).next_back().map(|(_, &v)| v);
+        let after = seqs.range(seq + 1..).next().map(|(_, &v)| v);
+        seqs.insert(seq, vseq);
+        if vseq == 0 || before.is_some_and(|b| b >= vseq) || after.is_some_and(|a| a <= vseq) {
+            return Err(self.fail(format!(
+                "record {seq} of volume {volume} has volume sequence number {vseq}, out of order \
+                 ({before:?}, {after:?})"
+            )));
         }
         Ok(())
     }
