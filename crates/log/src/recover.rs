@@ -9,6 +9,7 @@
 //! | record with seq <= the replay watermark           | already applied; only its seq/ts count     |
 //! | seq missing between watermark and the highest seq | never durable, never acked: voided         |
 //! | same seq found twice                              | impossible by construction; first kept     |
+//! | segment followed (by generation) by a segment whose first record is not a void and is at or below the replay watermark + 1 | not read whole: nothing to replay in it (`scan_device`) |
 //!
 //! Each device resumes in a fresh segment after its newest one, so nothing is ever appended after
 //! a torn tail.
