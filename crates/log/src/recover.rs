@@ -368,15 +368,15 @@ fn gaps(seqs: impl Iterator<Item = u64>, after_seq: u64, last_seq: u64) -> Vec<u
 mod tests {
     use super::*;
 
-    #[test]
-    fn gaps_between_and_after() {
-        let f = |seq| Found {
+    /// A header-only record of `kind` numbered `seq`, nowhere in particular.
+    fn found(kind: RecordKind, seq: u64) -> Found {
+        Found {
             header: crate::format::RecordHeader {
-                kind: crate::RecordKind::Void,
+                kind,
                 volume: 0,
                 length: 0,
                 seq,
-                timestamp_ns: 0,
+                timestamp_ns: seq,
                 offset: 0,
                 generation: 1,
                 back: crate::LogAddr::NONE,
@@ -386,8 +386,27 @@ mod tests {
                 volume_seq: 0,
             },
             addr: crate::LogAddr::NONE,
-        };
-        let found = [f(11), f(13)];
+        }
+    }
+
+    /// One device of `segment_count` 64 KiB segments.
+    fn superblock(segment_count: u64) -> Superblock {
+        Superblock {
+            log_id: 1,
+            device_index: 0,
+            device_count: 1,
+            device_bytes: 0,
+            segment_bytes: 65536,
+            segment_count,
+            data_offset: crate::DATA_OFFSET,
+            align_bytes: 512,
+            created_ns: 0,
+        }
+    }
+
+    #[test]
+    fn gaps_between_and_after() {
+        let found = [found(RecordKind::Void, 11), found(RecordKind::Void, 13)];
         assert_eq!(
             gaps(found.iter().map(|f| f.header.seq), 10, 15),
             vec![12, 14, 15]
@@ -412,37 +431,10 @@ mod tests {
         scan.segment(&summary(0, Some(1), 4, Stop::End));
         scan.segment(&summary(1, Some(2), 8, Stop::End));
         scan.segment(&summary(2, Some(3), 12, Stop::End));
-        let record = |seq| Found {
-            header: crate::format::RecordHeader {
-                kind: crate::RecordKind::Write,
-                volume: 0,
-                length: 0,
-                seq,
-                timestamp_ns: seq,
-                offset: 0,
-                generation: 1,
-                back: crate::LogAddr::NONE,
-                span: 80,
-                payload_len: 0,
-                payload_crc: 0,
-                volume_seq: 0,
-            },
-            addr: crate::LogAddr::NONE,
-        };
         for seq in [7, 8, 11, 12] {
-            scan.record(&record(seq));
+            scan.record(&found(RecordKind::Write, seq));
         }
-        let sb = Superblock {
-            log_id: 1,
-            device_index: 0,
-            device_count: 1,
-            device_bytes: 0,
-            segment_bytes: 65536,
-            segment_count: 4,
-            data_offset: crate::DATA_OFFSET,
-            align_bytes: 512,
-            created_ns: 0,
-        };
+        let sb = superblock(4);
         let seqs: Vec<u64> = scan.above.iter().map(|f| f.header.seq).collect();
         assert_eq!(seqs, vec![11, 12]);
         let (start, in_use) = scan.resume(&sb);
@@ -472,17 +464,7 @@ mod tests {
         scan.segment(&summary(2, Some(5), 9, Stop::End));
         scan.segment(&summary(3, Some(6), 12, Stop::BadHeader));
         scan.segment(&summary(4, None, 0, Stop::NoRecord));
-        let sb = Superblock {
-            log_id: 1,
-            device_index: 0,
-            device_count: 1,
-            device_bytes: 0,
-            segment_bytes: 65536,
-            segment_count: 5,
-            data_offset: crate::DATA_OFFSET,
-            align_bytes: 512,
-            created_ns: 0,
-        };
+        let sb = superblock(5);
         let (start, in_use) = scan.resume(&sb);
         // 4 lies between 3 and 0 in the ring: the writer went through it, so it stays in
         // the run (a hole) and 2 is the one free segment.
