@@ -54,6 +54,8 @@ pub struct Summary {
     pub log_full: u64,
     /// Applier rounds that found an image's file system full.
     pub no_space: u64,
+    /// Segments the log let go of past a second holder (history, a replica) to make room.
+    pub holder_cuts: u64,
 }
 
 impl Summary {
@@ -70,6 +72,7 @@ impl Summary {
         self.reads += o.reads;
         self.log_full += o.log_full;
         self.no_space += o.no_space;
+        self.holder_cuts += o.holder_cuts;
     }
 }
 
@@ -79,7 +82,8 @@ impl fmt::Display for Summary {
             f,
             "{} seeds: {} records appended, {} acknowledged, {} batches, {} crashes, {} faults, \
              {} unacknowledged records recovered and {} lost, {} torn tails, {} reads checked, \
-             {} appends into a full log, {} applier rounds out of space",
+             {} appends into a full log, {} applier rounds out of space, {} segments cut from a \
+             second holder",
             self.seeds,
             self.appended,
             self.acked,
@@ -91,7 +95,8 @@ impl fmt::Display for Summary {
             self.torn_tails,
             self.reads,
             self.log_full,
-            self.no_space
+            self.no_space,
+            self.holder_cuts
         )
     }
 }
@@ -166,6 +171,7 @@ pub fn run_seed(seed: u64, verbose: bool) -> Result<Summary, Failure> {
                 _ => w.make_room(),
             }
             w.collect()?;
+            w.second_holder_step()?;
         }
         // Sometimes the node runs dry before the power goes: nothing in flight to lose.
         if fault_at.is_none() && w.random(4) == 0 {

@@ -19,8 +19,9 @@ use crate::holders::{Hold, HoldKind};
 /// returned [`Action`] to [`Dispatch::account`] before executing it.
 ///
 /// Segments are reused behind the holders' watermarks (crate::holders): below the lowest at
-/// once; when requests wait for space, below the must-hold and bounded holders' by cutting the
-/// shrinkable ones; and a bounded holder that keeps more than its limit is cut to it.
+/// once; when requests wait for space, below the must-hold holders' by cutting the shrinkable
+/// ones and then the bounded ones; and a bounded holder that keeps more than its limit is cut
+/// to it.
 #[derive(Debug)]
 pub struct Dispatch<M> {
     policy: Policy<M>,
@@ -142,20 +143,26 @@ impl<M: DeviceModel> Dispatch<M> {
     fn make_room(&mut self, now: Nanos, actions: &mut Vec<Action>) -> u64 {
         let mut freed = self.free_below(self.floor(|_| true), now, actions);
         freed += self.cut_bounded(now, actions);
-        // Writers wait: let go of the oldest segment the must-hold and bounded holders allow,
-        // cutting every shrinkable holder that still needed it, until they stop waiting.
-        let hard = self.floor(|h| h.kind != HoldKind::Shrinkable);
-        while self.policy.stalled() > 0 {
-            let Some((dev, max_seq)) = self.oldest_freeable(hard) else {
-                break;
-            };
-            for h in &mut self.holds {
-                if h.kind == HoldKind::Shrinkable {
+        // Writers wait: let go of the oldest segment the others allow, cutting every holder
+        // of the tier that still needed it, until they stop waiting — shrinkable holders
+        // first (history shrinks), then bounded ones (a replica falls back to a resync);
+        // writers wait only for must-hold holders.
+        let tiers: [fn(&Hold) -> bool; 2] = [
+            |h| h.kind == HoldKind::Shrinkable,
+            |h| h.kind != HoldKind::MustHold,
+        ];
+        for cuttable in tiers {
+            let hard = self.floor(|h| !cuttable(h));
+            while self.policy.stalled() > 0 {
+                let Some((dev, max_seq)) = self.oldest_freeable(hard) else {
+                    break;
+                };
+                for h in self.holds.iter_mut().filter(|h| cuttable(h)) {
                     h.cut(max_seq);
                 }
+                self.free_front(dev, now, actions);
+                freed += 1 + self.free_below(self.floor(|_| true), now, actions);
             }
-            self.free_front(dev, now, actions);
-            freed += 1 + self.free_below(self.floor(|_| true), now, actions);
         }
         freed
     }

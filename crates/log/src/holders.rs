@@ -9,8 +9,13 @@
 //! | kind          | when writers wait for log space                                          |
 //! |---------------|--------------------------------------------------------------------------|
 //! | `MustHold`    | they keep waiting until it releases (the store)                          |
-//! | `Bounded`     | they wait while it holds at most its limit; past the limit it is cut      |
 //! | `Shrinkable`  | its oldest records are let go at once and it is cut (history shrinks)    |
+//! | `Bounded`     | cut once the shrinkable holders have nothing more to give (a replica)    |
+//!
+//! A bounded holder is also cut whenever it keeps more than its limit beyond the must-hold
+//! holders, full log or not. Writers never wait for a holder that is not must-hold: history
+//! shrinks first, because a replica that falls behind recovers by a resync from the current
+//! image, and past that the replica is cut too rather than stop the primary.
 //!
 //! A segment is reused only when every record in it is at or below every holder's watermark.
 //! "Cut" means the log let go of records the holder had not released: its watermark rises to
@@ -35,9 +40,10 @@ use crate::LogError;
 pub enum HoldKind {
     /// Writers wait until it releases: its records exist nowhere else (the store).
     MustHold,
-    /// Writers wait while it holds at most `max_bytes` of log segments beyond what the
-    /// must-hold holders keep; past that it is cut (a replica, which then resyncs by changed
-    /// extents instead of stopping the primary).
+    /// Held while it keeps at most `max_bytes` of log segments beyond what the must-hold
+    /// holders keep, and cut past that; when writers wait for space, cut once the shrinkable
+    /// holders have nothing more to give (a replica, which then resyncs by changed extents
+    /// instead of stopping the primary).
     Bounded { max_bytes: u64 },
     /// Writers never wait for it: when they would, its oldest segments are let go and it is cut
     /// (history, whose window shrinks from its old end).

@@ -120,7 +120,7 @@ fn a_must_hold_holder_still_makes_writers_wait_beside_a_shrinkable_one() {
 }
 
 #[test]
-fn a_bounded_holder_is_cut_past_its_limit_and_held_within_it() {
+fn a_bounded_holder_is_cut_past_its_limit_and_after_history_when_writers_would_wait() {
     let devs = device();
     let holders = [
         HolderSpec::must_hold("store", 0, 0),
@@ -144,28 +144,43 @@ fn a_bounded_holder_is_cut_past_its_limit_and_held_within_it() {
         store.segments_held()
     );
 
-    // A limit larger than the log: the replica holds, and writers wait for it.
-    let devs = device();
+    // A limit larger than the log, beside history: when writers would wait, history gives
+    // way first; a replica that keeps up is never cut.
     let big = HoldKind::Bounded {
         max_bytes: 2 * SEGMENTS as u64 * SEG,
     };
+    let devs = device();
+    let holders = [
+        HolderSpec::must_hold("store", 0, 0),
+        HolderSpec::new("history", HoldKind::Shrinkable, 0, 0),
+        HolderSpec::new("replica", big, 0, 0),
+    ];
+    let log = open(&devs, &holders);
+    let (store, replica) = (log.holder("store").unwrap(), log.holder("replica").unwrap());
+    for _ in 0..3 * 15 * SEGMENTS {
+        let (a, waited) = append_within(&log, 1, Duration::from_secs(5));
+        assert!(!waited, "writers never wait for history or a replica");
+        store.release(a[0].seq);
+        replica.release(a[0].seq);
+    }
+    assert!(log.holder("history").unwrap().cut_to().is_some());
+    assert_eq!(replica.cut_to(), None, "history gives way before a replica");
+
+    // Alone beside the store, a replica that releases nothing is cut rather than stop the
+    // writers, even within its limit.
+    let devs = device();
     let holders = [
         HolderSpec::must_hold("store", 0, 0),
         HolderSpec::new("replica", big, 0, 0),
     ];
     let log = open(&devs, &holders);
     let store = log.holder("store").unwrap();
-    let mut waited = false;
-    for _ in 0..200 {
-        let (a, w) = append_within(&log, 1, Duration::from_millis(200));
-        if w {
-            waited = true;
-            break;
-        }
+    for _ in 0..3 * 15 * SEGMENTS {
+        let (a, waited) = append_within(&log, 1, Duration::from_secs(5));
+        assert!(!waited, "writers never wait for a replica");
         store.release(a[0].seq);
     }
-    assert!(waited, "a replica within its limit makes writers wait");
-    assert_eq!(log.holder("replica").unwrap().cut_to(), None);
+    assert!(log.holder("replica").unwrap().cut_to().is_some());
 }
 
 /// History holds old records the store has applied: after a restart the store is handed only

@@ -13,6 +13,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 mod checks;
+mod history;
 mod setup;
 
 pub use setup::{Setup, StoreParams};
@@ -96,6 +97,8 @@ pub(crate) struct World {
     /// Per volume, every acknowledged record's sequence number and volume sequence number,
     /// across crashes: the volume's numbering must rise with the log's.
     volume_seqs: BTreeMap<u32, BTreeMap<u64, u64>>,
+    /// A holder of log space beside the store, in half the seeds ([`history`]).
+    second: Option<history::SecondHolder>,
     model: Vec<Volume>,
     trace: VecDeque<String>,
     verbose: bool,
@@ -109,6 +112,7 @@ impl World {
     pub(crate) fn new(seed: u64, verbose: bool) -> Result<Self, Failure> {
         let mut rng = SmallRng::seed_from_u64(seed);
         let setup = Setup::draw(&mut rng);
+        let second = history::SecondHolder::draw(seed, setup.log.segment_bytes);
         let dev_len = DATA_OFFSET + setup.segments * setup.log.segment_bytes;
         let mut log_faults = Vec::new();
         let mut log_devs: Vec<Arc<dyn Disk>> = Vec::new();
@@ -143,6 +147,7 @@ impl World {
             waiting: Vec::new(),
             known: BTreeMap::new(),
             volume_seqs: BTreeMap::new(),
+            second,
             model,
             trace: VecDeque::new(),
             verbose,
@@ -202,11 +207,13 @@ impl World {
             store.add_volume(vol_id(i), img.disk.clone(), img.size);
         }
         let sink = Arc::new(WeakSink(Arc::downgrade(&store)));
+        let mut holders = vec![store.holder_spec()];
+        holders.extend(self.second.as_ref().map(|s| s.spec()));
         let opened = Log::open_simulated(
             self.log_devs.clone(),
             self.setup.log.clone(),
             LOG_ID,
-            &[store.holder_spec()],
+            &holders,
             sink,
             clock,
         );
@@ -232,6 +239,7 @@ impl World {
             });
         }
         self.node = Some(Node { log, store, sim });
+        self.attach_second_holder()?;
         for v in 0..self.images.len() {
             self.check_read(v, 0, self.images[v].size, "after recovery")?;
         }
