@@ -547,14 +547,25 @@ impl Log {
             .iter()
             .position(|h| &*h.0 == name)
             .ok_or_else(|| LogError::Config(format!("no log holder {name:?}")))?;
+        Ok(self.holder_at(index))
+    }
+
+    /// Every holder's handle, in the order the log was opened with (for reports).
+    pub fn holders(&self) -> Vec<Holder> {
+        (0..self.inner.holders.len())
+            .map(|i| self.holder_at(i))
+            .collect()
+    }
+
+    fn holder_at(&self, index: usize) -> Holder {
         let (name, kind, stats) = &self.inner.holders[index];
-        Ok(Holder {
+        Holder {
             shared: Arc::clone(&self.inner.shared),
             index,
             name: Arc::clone(name),
             kind: *kind,
             stats: Arc::clone(stats),
-        })
+        }
     }
 
     /// The device `addr` lies on, with its index; `Gone` for a device the log does not have.

@@ -169,6 +169,15 @@ fn metrics_report_latency_batches_fill_lag_and_volumes() {
     assert!(fill > 0.0 && fill <= 1.0, "fill ratio {fill}");
     let lag = metric_value(&m, "mariner_apply_lag_records").unwrap();
     assert!(lag >= 0.0, "apply lag {lag}");
+    // The store is the log's one holder of space today; nothing was let go of past it.
+    let held = metric_value(&m, "mariner_log_holder_segments{holder=\"store\"}").unwrap();
+    assert!(held >= 1.0, "{m}");
+    assert_eq!(
+        metric_value(&m, "mariner_log_holder_cuts_total{holder=\"store\"}"),
+        Some(0.0),
+        "{m}"
+    );
+    assert!(metric_value(&m, "mariner_log_holder_released_seq{holder=\"store\"}").is_some());
     assert_eq!(
         metric_value(&m, "mariner_volume_writes_total{volume=\"vol0\"}"),
         Some(3.0),

@@ -91,6 +91,7 @@ fn log_metrics(out: &mut String, node: &Node) {
         "Highest durable sequence number.",
         s.durable_seq.load(Relaxed) as f64,
     );
+    holder_metrics(out, node);
     let failed = if node.log().failure().is_some() {
         1.0
     } else {
@@ -102,6 +103,41 @@ fn log_metrics(out: &mut String, node: &Node) {
         "1 when the log failed and volumes are read-only.",
         failed,
     );
+}
+
+/// Each holder of log space (the store; history and replicas later): its watermark, the
+/// segments it keeps from reuse, and the segments let go of past it (history shrinking).
+fn holder_metrics(out: &mut String, node: &Node) {
+    let holders = node.log().holders();
+    let families: [(&str, &str, &str); 3] = [
+        (
+            "mariner_log_holder_released_seq",
+            "gauge",
+            "Sequence number at or below which the holder no longer needs log records.",
+        ),
+        (
+            "mariner_log_holder_segments",
+            "gauge",
+            "Log segments holding records the holder has not released.",
+        ),
+        (
+            "mariner_log_holder_cuts_total",
+            "counter",
+            "Log segments let go of before the holder released them (history shrinking, a \
+             replica falling back to a resync).",
+        ),
+    ];
+    for (name, kind, help) in families {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for h in &holders {
+            let value = match name {
+                "mariner_log_holder_released_seq" => h.released(),
+                "mariner_log_holder_segments" => h.segments_held(),
+                _ => h.cuts(),
+            };
+            let _ = writeln!(out, "{name}{{holder=\"{}\"}} {value}", h.name());
+        }
+    }
 }
 
 fn store_metrics(out: &mut String, node: &Node) {
