@@ -62,7 +62,8 @@ impl<M: DeviceModel> Dispatch<M> {
     }
 
     /// Record `seq`, `bytes` long with its header, was appended at `now`. If it has to wait
-    /// for space, shrinkable holders are cut to make it (returned segments freed).
+    /// for space, holders other than must-hold ones are cut to make it (returned: the
+    /// segments freed).
     pub fn submit(
         &mut self,
         seq: u64,
@@ -70,7 +71,7 @@ impl<M: DeviceModel> Dispatch<M> {
         now: Nanos,
     ) -> Result<(Vec<Action>, u64), PolicyError> {
         let mut actions = self.policy.submit(seq, bytes, now)?;
-        let freed = self.make_room(now, &mut actions);
+        let freed = self.room_for_waiters(now, &mut actions);
         Ok((actions, freed))
     }
 
@@ -82,8 +83,18 @@ impl<M: DeviceModel> Dispatch<M> {
         now: Nanos,
     ) -> Result<(Vec<Action>, u64), PolicyError> {
         let mut actions = self.policy.submit_burst(reqs, now)?;
-        let freed = self.make_room(now, &mut actions);
+        let freed = self.room_for_waiters(now, &mut actions);
         Ok((actions, freed))
+    }
+
+    /// After a submission: nothing to do unless it has to wait for space (the watermarks did
+    /// not move, and a bounded holder's limit is checked at the next release), so an append
+    /// that fits costs one comparison here.
+    fn room_for_waiters(&mut self, now: Nanos, actions: &mut Vec<Action>) -> u64 {
+        if self.policy.stalled() == 0 {
+            return 0;
+        }
+        self.make_room(now, actions)
     }
 
     /// Device `dev` reported its write durable at `now`.
