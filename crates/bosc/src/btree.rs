@@ -47,8 +47,10 @@ use crate::engine::Submitted;
 use crate::{Bosc, Change, Error, Op};
 
 mod bulk;
+pub mod image;
 mod leaf;
 mod open;
+mod persist;
 mod readers;
 mod router;
 
@@ -56,6 +58,7 @@ use leaf::{apply_change, encode_mod, hot_at, LeafView, TAG_DELETE, TAG_KEEP_BELO
 pub use leaf::{
     leaf_capacity, leaf_payload, Key, LeafApp, LEAF_HEADER_LEN, LEAF_MAGIC, RECORD_LEN,
 };
+pub use persist::RouterOpen;
 use readers::Readers;
 use router::{Fence, Leaf, Router};
 
@@ -80,6 +83,10 @@ pub struct TreeStats {
     pub splits_hot: AtomicU64,
     /// Nearly full leaves read ahead, off the batches' path.
     pub leaves_read_ahead: AtomicU64,
+    /// Router images written ([`image`]): at open, when a lease ran out, on request.
+    pub router_images_written: AtomicU64,
+    /// Opens with a router image disk that found no usable image and read every leaf.
+    pub router_fallbacks: AtomicU64,
 }
 
 /// Changes staged for one group commit, and the blocks they touch.
@@ -91,6 +98,9 @@ struct Staged {
     prefetched: HashMap<u64, Vec<u8>>,
     /// Low fences of the leaves the batch split.
     split: HashSet<Key>,
+    /// The batch's new leaves (fence, block), whole batch long: not yet durable, so a
+    /// router image written inside the batch leaves them out ([`Self::alloc`]).
+    created: Vec<(Key, u64)>,
 }
 
 impl Staged {
@@ -114,6 +124,8 @@ pub struct BPlusTree {
     /// Parts a batch is logged in ([`BPlusTree::set_log_parts`]).
     log_parts: AtomicUsize,
     stats: TreeStats,
+    /// How open built the router.
+    opened: RouterOpen,
 }
 
 fn lock(m: &Mutex<Router>) -> MutexGuard<'_, Router> {
@@ -135,7 +147,25 @@ impl BPlusTree {
         let mut r = lock(&self.router);
         r.check()?;
         let mut staged = Staged::default();
-        self.split_hot(&mut r, &mut staged)?;
+        let done = self.stage_and_send(&mut r, &mut staged, records);
+        if let Err(e) = &done {
+            // Splits already routed to leaves whose writes were never logged: the router no
+            // longer matches what is durable (nor may a router image record it).
+            if r.failed.is_none() && !staged.created.is_empty() {
+                r.failed = Some(format!("a batch failed: {e}"));
+            }
+        }
+        done
+    }
+
+    /// [`Self::insert_batch`] under the router lock.
+    fn stage_and_send(
+        &self,
+        r: &mut Router,
+        staged: &mut Staged,
+        records: &[(Key, u64)],
+    ) -> Result<(), Error> {
+        self.split_hot(r, staged)?;
         // Each record's leaf, looked up once: the routes stay valid but for leaves the batch
         // splits (`Staged::split`).
         let routes = records
@@ -143,7 +173,7 @@ impl BPlusTree {
             .map(|(key, _)| Ok(r.leaf_for(*key)?.0))
             .collect::<Result<Vec<Key>, Error>>()?;
         let started = std::time::Instant::now();
-        staged.prefetched = self.prefetch(&r, &routes)?;
+        staged.prefetched = self.prefetch(r, &routes)?;
         self.stats
             .prefetch_us
             .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
@@ -153,7 +183,7 @@ impl BPlusTree {
         let mut in_flight = None;
         for (i, (&(key, value), &route)) in records.iter().zip(&routes).enumerate() {
             let route = (!staged.split.contains(&route)).then_some(route);
-            let (fence, block) = self.prepare(&mut r, key, route, &mut staged)?;
+            let (fence, block) = self.prepare(r, key, route, staged)?;
             staged.push(Change::modify(block, encode_mod(TAG_PUT, key, value)));
             if let Some(l) = r.get_mut(fence) {
                 l.records_max = l.records_max.saturating_add(1);
@@ -165,7 +195,7 @@ impl BPlusTree {
             // must stay one log write.
             let done = i + 1;
             if done % chunk == 0 && done < records.len() {
-                in_flight = Some(self.send(&mut r, &mut staged, in_flight)?);
+                in_flight = Some(self.send(r, staged, in_flight)?);
             }
         }
         // Leaves this batch brought to nearly full are read ahead while it is logged, and
@@ -182,7 +212,7 @@ impl BPlusTree {
         }
         // No split of this batch is left to read the copies: the last part need not update them.
         staged.prefetched.clear();
-        let last = self.send(&mut r, &mut staged, in_flight)?;
+        let last = self.send(r, staged, in_flight)?;
         last.wait().map(drop).inspect_err(|e| {
             r.failed = Some(format!("a batch failed: {e}"));
         })
@@ -363,12 +393,10 @@ impl BPlusTree {
         }
         let mid = recs.len() / 2;
         let split_key = recs[mid].0;
-        let new_block = r
-            .free
-            .pop()
-            .ok_or_else(|| Error::Index("B+tree is out of blocks".into()))?;
+        let new_block = self.alloc(r, &staged.created)?;
         let payload = leaf_payload(self.bosc.payload_bytes(), split_key, &recs[mid..]);
         staged.split.insert(fence);
+        staged.created.push((split_key, new_block));
         staged.push(Change::write(new_block, payload));
         staged.push(Change::modify(
             leaf.block(),

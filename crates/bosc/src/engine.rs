@@ -420,6 +420,11 @@ impl<A: BlockApp> Bosc<A> {
         self.inner.geo
     }
 
+    /// The data disk's identity ([`DiskId`]): what an index's files beside it name it by.
+    pub fn disk_id(&self) -> DiskId {
+        self.inner.disk_id
+    }
+
     pub fn block_count(&self) -> u64 {
         self.inner.geo.block_count
     }

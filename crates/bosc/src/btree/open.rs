@@ -14,7 +14,7 @@ use super::leaf::{
 };
 use super::readers::Readers;
 use super::router::{Fence, FreeBlocks, Leaf, Router, MAX_BLOCKS};
-use super::{lock, BPlusTree, TreeStats};
+use super::{lock, BPlusTree, RouterOpen, TreeStats};
 use crate::{Bosc, Error};
 
 /// A leaf found at open: 48 bytes, so that the list of a large tree's leaves stays small
@@ -92,6 +92,7 @@ impl BPlusTree {
                 leaves,
                 free,
                 failed: None,
+                persist: None,
             }),
             capacity,
             split_threshold: split_threshold
@@ -100,6 +101,7 @@ impl BPlusTree {
             read_ahead: AtomicBool::new(true),
             log_parts: AtomicUsize::new(1),
             stats: TreeStats::default(),
+            opened: RouterOpen::default(),
         }
     }
 

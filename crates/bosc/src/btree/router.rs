@@ -116,6 +116,9 @@ pub(super) struct Router {
     /// Set when a batch failed after the router already routed to its new leaves: the tree in
     /// memory no longer matches what is durable, so every later operation fails.
     pub(super) failed: Option<String>,
+    /// Where router images go, and the lease of the newest ([`super::image`]); `None` for a
+    /// tree opened without an image disk.
+    pub(super) persist: Option<super::persist::Persist>,
 }
 
 /// Unused blocks as runs `[start, end)`, highest first: allocation takes the lowest block.
@@ -126,6 +129,11 @@ pub(super) struct FreeBlocks {
 }
 
 impl FreeBlocks {
+    /// The free runs `[start, end)` in ascending order (allocation order).
+    pub(super) fn ascending(&self) -> Vec<(u64, u64)> {
+        self.runs.iter().rev().copied().collect()
+    }
+
     /// From free runs `[start, end)` in ascending order, as a scan finds them.
     pub(super) fn from_ascending(mut runs: Vec<(u64, u64)>) -> Self {
         runs.retain(|r| r.0 < r.1);
