@@ -280,9 +280,18 @@ impl BPlusTree {
 
     /// Deletes (blind: a missing key is not an error).
     pub fn delete(&self, key: Key) -> Result<(), Error> {
-        let r = lock(&self.router);
+        let mut r = lock(&self.router);
         r.check()?;
-        let (_, leaf) = r.leaf_for(key)?;
+        let (fence, leaf) = r.leaf_for(key)?;
+        if leaf.is_unread() {
+            // Known from a router image only: the modification may go to a leaf alone.
+            let n = self.bosc.query(leaf.block(), |p| {
+                LeafView::checked(leaf.block(), p).map(|v| v.count())
+            })??;
+            if let Some(l) = r.get_mut(fence) {
+                l.set_records_max(n);
+            }
+        }
         self.bosc
             .modify(leaf.block(), &encode_mod(TAG_DELETE, key, 0))?;
         Ok(())
@@ -379,10 +388,11 @@ impl BPlusTree {
             for c in mine {
                 apply_change(&mut p, c);
             }
-            LeafView(&p).records(Key::MIN, hi)
+            LeafView::checked(leaf.block(), &p)?.records(Key::MIN, hi)
         } else {
-            self.bosc
-                .query(leaf.block(), |p| LeafView(p).records(Key::MIN, hi))?
+            self.bosc.query(leaf.block(), |p| {
+                LeafView::checked(leaf.block(), p).map(|v| v.records(Key::MIN, hi))
+            })??
         };
         if recs.len() < self.split_threshold {
             if let Some(l) = r.get_mut(fence) {
@@ -423,9 +433,9 @@ impl BPlusTree {
         r.check()?;
         let (_, leaf) = r.leaf_for(key)?;
         self.bosc.query(leaf.block(), |p| {
-            let v = LeafView(p);
-            v.search(&key).ok().map(|i| v.value(i))
-        })
+            let v = LeafView::checked(leaf.block(), p)?;
+            Ok(v.search(&key).ok().map(|i| v.value(i)))
+        })?
     }
 
     /// Records with keys in `[from, to)`, in key order.
@@ -443,10 +453,9 @@ impl BPlusTree {
             let next = leaves.peek().map(|(f, _)| f.key());
             let hi = next.map_or(to, |h| h.min(to));
             let lo = from.max(fence);
-            out.extend(
-                self.bosc
-                    .query(leaf.block(), |p| LeafView(p).records(lo, Some(hi)))?,
-            );
+            out.extend(self.bosc.query(leaf.block(), |p| {
+                LeafView::checked(leaf.block(), p).map(|v| v.records(lo, Some(hi)))
+            })??);
         }
         Ok(out)
     }
@@ -467,16 +476,18 @@ impl BPlusTree {
         for (fence, leaf) in r.leaves.range(..=Fence::from(target)).rev() {
             let fence = fence.key();
             let found = self.bosc.query(leaf.block(), |p| {
-                let v = LeafView(p);
+                let v = LeafView::checked(leaf.block(), p)?;
                 let end = match v.search(&target) {
                     Ok(i) => i + 1,
                     Err(i) => i,
                 };
-                (0..end)
-                    .rev()
-                    .map(|i| (v.key(i), v.value(i)))
-                    .find(|(k, _)| hi.is_none_or(|h| *k < h))
-            })?;
+                Ok::<_, Error>(
+                    (0..end)
+                        .rev()
+                        .map(|i| (v.key(i), v.value(i)))
+                        .find(|(k, _)| hi.is_none_or(|h| *k < h)),
+                )
+            })??;
             if let Some((k, v)) = found {
                 return Ok((k >= floor).then_some((k.timestamp, v)));
             }

@@ -181,6 +181,9 @@ impl ImageHeader {
         if crc32c::crc32c(&copy) != u32_at(b, H_CRC) {
             return Err(ImageError::DamagedHeader);
         }
+        if b[10..12] != [0, 0] || u32_at(b, H_BODY_CRC + 4) != 0 {
+            return Err(ImageError::DamagedHeader);
+        }
         let mut id = [0u8; 16];
         id.copy_from_slice(&b[H_DISK_ID..H_DISK_ID + 16]);
         Ok(Some(Self {
@@ -248,6 +251,9 @@ impl RouterImage {
             .and_then(|l| l.checked_add(IMAGE_BODY_PREFIX_LEN));
         if want != Some(b.len()) {
             return Err(bad("body length does not match its counts"));
+        }
+        if u32_at(b, B_LEAVES + 8) != 0 {
+            return Err(bad("reserved bytes set"));
         }
         let img = Self {
             block_count: u64_at(b, 0),

@@ -5,7 +5,7 @@
 //! Apart from the tree because this is what lies on the disk and in the log: the bytes every
 //! other part reads and writes, and the one part the engine calls back into.
 
-use crate::{BlockApp, Change, Op};
+use crate::{BlockApp, Change, Error, Op};
 
 /// A version-index key. Ordered by volume, then LBA, then timestamp, so the versions of one
 /// block are adjacent and "newest at or before T" is a predecessor search.
@@ -75,6 +75,23 @@ pub fn leaf_capacity(payload_bytes: usize) -> usize {
 
 /// Read access to a leaf payload.
 pub(super) struct LeafView<'a>(pub(super) &'a [u8]);
+
+impl<'a> LeafView<'a> {
+    /// The payload as a leaf if it is one the tree could read without going out of bounds:
+    /// the magic and a count within the capacity. Every block the router sends a query or a
+    /// split to is checked so: a scan verified its leaves, but a router image is trusted
+    /// without reading them, and a wrong one must fail the operation, not panic.
+    pub(super) fn checked(block: u64, p: &'a [u8]) -> Result<Self, Error> {
+        let v = LeafView(p);
+        if v.is_leaf() && v.count() <= leaf_capacity(p.len()) {
+            Ok(v)
+        } else {
+            Err(Error::Index(format!(
+                "block {block} is routed to but holds no leaf"
+            )))
+        }
+    }
+}
 
 impl LeafView<'_> {
     pub(super) fn is_leaf(&self) -> bool {

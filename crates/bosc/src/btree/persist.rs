@@ -148,6 +148,8 @@ struct FromImage {
     free: FreeBlocks,
     /// Leaves found in the lease, in allocation order.
     found: Vec<(Key, u64)>,
+    /// Splits the crash tore: (old leaf's fence, its block, the new leaf's fence).
+    torn: Vec<(Key, u64, Key)>,
     scanned: u64,
 }
 
@@ -158,12 +160,12 @@ fn scan_lease(
     capacity: usize,
     img: &RouterImage,
 ) -> Result<FromImage, String> {
-    // Leaves from the image start at their capacity: the count is an upper bound, and the
-    // image cannot know the puts since (see the image module's docs).
+    // Leaves from the image start unread: the count is an upper bound, and the image cannot
+    // know the puts since (see the image module's docs).
     let mut leaves: BTreeMap<Fence, Leaf> = img
         .leaves
         .iter()
-        .map(|(f, b)| (Fence::from(*f), Leaf::new(u64::from(*b), capacity)))
+        .map(|(f, b)| (Fence::from(*f), Leaf::unread(u64::from(*b))))
         .collect();
     let mut found = Vec::new();
     let mut scanned = 0;
@@ -191,12 +193,43 @@ fn scan_lease(
     }
     let blocks: Vec<u64> = found.iter().map(|(_, b)| *b).collect();
     let free = FreeBlocks::from_ascending(without_blocks(&img.free, &blocks));
+    let torn = torn_splits(bosc, &leaves, &found)?;
     Ok(FromImage {
         leaves,
         free,
         found,
+        torn,
         scanned,
     })
+}
+
+/// The splits a crash tore: only the newest split can be (a split's two changes are
+/// consecutive in the log, and the log recovers a prefix), and its new leaf is among the
+/// last the lease scan found. For those, the leaf before each must hold nothing at or above
+/// the found leaf's fence. A block there that holds no leaf is a reason for the full scan.
+fn torn_splits(
+    bosc: &Bosc<LeafApp>,
+    leaves: &BTreeMap<Fence, Leaf>,
+    found: &[(Key, u64)],
+) -> Result<Vec<(Key, u64, Key)>, String> {
+    let mut torn = Vec::new();
+    for &(fence, _) in found.iter().rev().take(TORN_CHECKS) {
+        let Some((pf, pl)) = leaves.range(..Fence::from(fence)).next_back() else {
+            continue;
+        };
+        let block = pl.block();
+        let above = bosc
+            .query(block, |p| {
+                LeafView::checked(block, p)
+                    .map(|v| v.count().checked_sub(1).is_some_and(|i| v.key(i) >= fence))
+            })
+            .and_then(|r| r)
+            .map_err(|e| format!("torn split check: {e}"))?;
+        if above {
+            torn.push((pf.key(), block, fence));
+        }
+    }
+    Ok(torn)
 }
 
 impl BPlusTree {
@@ -220,7 +253,7 @@ impl BPlusTree {
         let mut tree = match loaded {
             Ok((h, from)) => {
                 let tree = Self::assemble(bosc, capacity, split_threshold, from.leaves, from.free);
-                tree.repair_newest(&from.found)?;
+                tree.repair_torn(&from.torn)?;
                 let mut r = lock(&tree.router);
                 r.persist = Some(Persist {
                     disk: image,
@@ -288,34 +321,18 @@ impl BPlusTree {
         self.write_image(&mut r, &[])
     }
 
-    /// Finishes a split the crash tore: only the newest split can be torn (a split's two
-    /// changes are consecutive in the log, and the log recovers a prefix), and its new leaf
-    /// is among the last the lease scan found. The leaf before each of those keeps only
-    /// what lies below the found leaf's fence.
-    fn repair_newest(&self, found: &[(Key, u64)]) -> Result<(), Error> {
+    /// Finishes the splits [`torn_splits`] found torn: the old leaf keeps only what lies
+    /// below the new leaf's fence, as [`BPlusTree::open`]'s repair does.
+    fn repair_torn(&self, torn: &[(Key, u64, Key)]) -> Result<(), Error> {
         let mut r = lock(&self.router);
-        for &(fence, _) in found.iter().rev().take(TORN_CHECKS) {
-            let Some((pf, pl)) = r
-                .leaves
-                .range(..Fence::from(fence))
-                .next_back()
-                .map(|(f, l)| (f.key(), *l))
-            else {
-                continue;
-            };
-            let torn = self.bosc.query(pl.block(), |p| {
-                let v = LeafView(p);
-                v.count().checked_sub(1).is_some_and(|i| v.key(i) >= fence)
-            })?;
-            if torn {
-                self.bosc
-                    .modify(pl.block(), &encode_mod(TAG_KEEP_BELOW, fence, 0))?;
-                let n = self.bosc.query(pl.block(), |p| LeafView(p).count())?;
-                if let Some(l) = r.get_mut(pf) {
-                    l.set_records_max(n);
-                }
-                self.stats.leaves_repaired.fetch_add(1, Ordering::Relaxed);
+        for &(fence, block, hi) in torn {
+            self.bosc
+                .modify(block, &encode_mod(TAG_KEEP_BELOW, hi, 0))?;
+            let n = self.bosc.query(block, |p| LeafView(p).count())?;
+            if let Some(l) = r.get_mut(fence) {
+                l.set_records_max(n);
             }
+            self.stats.leaves_repaired.fetch_add(1, Ordering::Relaxed);
         }
         Ok(())
     }

@@ -22,11 +22,30 @@ pub(super) struct Leaf {
 }
 
 impl Leaf {
+    /// `records_max` of a leaf known only from a router image: neither its count nor that it
+    /// is a leaf has been read. Above any capacity, so the first put splits it, which reads
+    /// and checks it (and a delete checks it first).
+    const UNREAD: u32 = u32::MAX;
+
     pub(super) fn new(block: u64, records_max: usize) -> Self {
         Self {
             block: block as u32,
-            records_max: u32::try_from(records_max).unwrap_or(u32::MAX),
+            records_max: u32::try_from(records_max)
+                .unwrap_or(u32::MAX)
+                .min(Self::UNREAD - 1),
         }
+    }
+
+    /// A leaf from a router image, not read yet.
+    pub(super) fn unread(block: u64) -> Self {
+        Self {
+            block: block as u32,
+            records_max: Self::UNREAD,
+        }
+    }
+
+    pub(super) fn is_unread(&self) -> bool {
+        self.records_max == Self::UNREAD
     }
 
     pub(super) fn block(&self) -> u64 {
@@ -38,7 +57,7 @@ impl Leaf {
     }
 
     pub(super) fn set_records_max(&mut self, n: usize) {
-        self.records_max = u32::try_from(n).unwrap_or(u32::MAX);
+        self.records_max = u32::try_from(n).unwrap_or(u32::MAX).min(Self::UNREAD - 1);
     }
 }
 
