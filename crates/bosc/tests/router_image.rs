@@ -173,14 +173,15 @@ fn reopen_from_the_image_after_splits_with_and_without_a_checkpoint() {
     check_all(&t, &o);
     drop(t);
     // The scan reads every block; the image's open its lease (a sixteenth of the leaves, at
-    // least 32 blocks) and queries nothing else.
+    // least 32 blocks), 64 blocks past it, and a few leaves to check for a torn split.
     let bs = u64::from(m.cfg.block_bytes);
     assert_eq!(full, m.cfg.block_count * bs);
     assert!(
         read * 8 < full,
         "image open read {read} bytes, the scan {full}"
     );
-    assert!(r.blocks_scanned <= leaves as u64 / 16 + 32 + 8, "{r:?}");
+    // The lease, and 64 blocks past it that must hold no leaf.
+    assert!(r.blocks_scanned <= leaves as u64 / 16 + 32 + 64, "{r:?}");
 
     // A checkpoint between the last splits and the reopen; then splits of leaves whose counts
     // the image did not have (each read once, then split or refreshed).
@@ -359,4 +360,32 @@ fn a_split_torn_after_the_image_is_repaired_at_open() {
         t.range(Key::MIN, Key::new(2, 0, 0)).unwrap().len() as u64,
         2 * cap
     );
+}
+
+/// An older copy of the image file put back beside a tree that has outgrown its lease: the
+/// blocks past the lease hold leaves, so open does not trust it and reads every leaf.
+#[test]
+fn an_image_older_than_the_tree_is_not_used() {
+    let m = Mem::new(4096);
+    let mut rng = Rng(5);
+    let mut o = BTreeMap::new();
+    let (t, _) = m.open();
+    insert(&t, &mut o, &mut rng, 1000);
+    drop(t);
+    let len = m.image.len().unwrap() as usize;
+    let mut old = vec![0u8; len];
+    m.image.read_at(&mut old, 0).unwrap();
+    let (t, _) = m.open();
+    insert(&t, &mut o, &mut rng, 4000);
+    drop(t);
+    m.image.write_at(&old, 0).unwrap();
+    m.image.set_len(len as u64).unwrap();
+    let (t, _) = m.open();
+    let r = t.router_open().clone();
+    assert!(!r.from_image);
+    assert!(
+        r.fallback.as_deref().is_some_and(|f| f.contains("stale")),
+        "{r:?}"
+    );
+    check_all(&t, &o);
 }

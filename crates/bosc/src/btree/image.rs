@@ -29,6 +29,11 @@
 //! (`counts_refreshed`; the batch reads such leaves concurrently, [`super::BPlusTree`]'s
 //! prefetch). Leaves found in the lease are read by the scan and counted exactly.
 //!
+//! The lease argument needs the newest image: an older copy of the file put back beside the
+//! data disk may have a lease the tree has outrun. Allocation is in order, so the tree would
+//! then have left leaves just past that lease; open reads 64 free blocks past it, and a leaf
+//! there makes it fall back to the full scan.
+//!
 //! A split torn by a crash (new leaf written, old leaf not yet truncated) can only be the
 //! last split before the crash, and its new leaf is the last one the lease holds in
 //! allocation order; open checks the leaves before the last few it found.
@@ -315,14 +320,31 @@ impl RouterImage {
 
     /// The lease as runs `[start, end)` in allocation order.
     pub fn lease_runs(&self) -> Vec<(u64, u64)> {
-        let mut left = self.lease_blocks;
+        self.free_runs(0, self.lease_blocks)
+    }
+
+    /// The `n` free blocks after the lease, as runs in allocation order: where the allocator
+    /// would have gone had it outrun the lease (an older copy of the image file put back).
+    pub fn past_lease_runs(&self, n: u64) -> Vec<(u64, u64)> {
+        self.free_runs(self.lease_blocks, n)
+    }
+
+    /// Free blocks `skip..skip + n` in allocation order, as runs.
+    fn free_runs(&self, mut skip: u64, mut left: u64) -> Vec<(u64, u64)> {
         let mut out = Vec::new();
         for &(start, end) in &self.free {
             if left == 0 {
                 break;
             }
-            let n = (end - start).min(left);
-            out.push((start, start + n));
+            let len = end - start;
+            if skip >= len {
+                skip -= len;
+                continue;
+            }
+            let s = start + skip;
+            skip = 0;
+            let n = (end - s).min(left);
+            out.push((s, s + n));
             left -= n;
         }
         out
@@ -352,6 +374,8 @@ mod tests {
         let img = image();
         assert_eq!(RouterImage::decode(&img.encode()), Ok(img.clone()));
         assert_eq!(img.lease_runs(), vec![(2, 3), (4, 13)]);
+        assert_eq!(img.past_lease_runs(5), vec![(13, 18)]);
+        assert_eq!(img.past_lease_runs(200), vec![(13, 100)]);
         let broken = [
             RouterImage {
                 leaves: vec![(Key::new(0, 1, 0), 0)],

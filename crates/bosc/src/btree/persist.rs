@@ -30,6 +30,10 @@ const LEASE_SHARE: u64 = 16;
 /// before each holds nothing at or above its fence (a split torn by the crash).
 const TORN_CHECKS: usize = 8;
 
+/// Open reads this many free blocks past the lease: a leaf there means the image is older
+/// than the tree (a copy of the file put back) and is not used.
+const PAST_LEASE: u64 = 64;
+
 /// The router image disk of an open tree.
 pub(super) struct Persist {
     disk: Arc<dyn Disk>,
@@ -190,6 +194,21 @@ fn scan_lease(
             Ok(())
         })
         .map_err(|e| format!("lease scan: {e}"))?;
+    }
+    for (start, end) in img.past_lease_runs(PAST_LEASE) {
+        scanned += end - start;
+        bosc.scan(start, end - start, |block, p| {
+            if LeafView(p).is_leaf() {
+                return Err(Error::Index(format!(
+                    "router image is stale: block {block}, past its lease, holds a leaf"
+                )));
+            }
+            Ok(())
+        })
+        .map_err(|e| match e {
+            Error::Index(why) => why,
+            e => format!("past-lease scan: {e}"),
+        })?;
     }
     let blocks: Vec<u64> = found.iter().map(|(_, b)| *b).collect();
     let free = FreeBlocks::from_ascending(without_blocks(&img.free, &blocks));
