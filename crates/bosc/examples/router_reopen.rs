@@ -4,8 +4,11 @@
 //! router_reopen build DIR MIB UPDATES   # bulk-load ~MIB of 4 KiB leaves, open once with an
 //!                                       # image, insert UPDATES random records (splits), drop
 //!                                       # with the queues still in the log
-//! router_reopen reopen DIR image|scan   # reopen: the engine, then the tree from the image
-//!                                       # or by reading every leaf; prints the times
+//! router_reopen reopen DIR image|scan [INSERTS]
+//!                                       # reopen: the engine, then the tree from the image
+//!                                       # or by reading every leaf; prints the times; then
+//!                                       # times INSERTS random inserts (leaves from an image
+//!                                       # are read at their first put) and keeps them
 //! ```
 //! Evict the data file from the page cache between the two (bench/router-reopen.sh does,
 //! with posix_fadvise DONTNEED) to measure a cold reopen.
@@ -31,8 +34,11 @@ fn main() {
             mib.parse().unwrap(),
             updates.parse().unwrap(),
         ),
-        ["reopen", dir, mode] => reopen(Path::new(dir), mode == "image"),
-        _ => panic!("usage: router_reopen build DIR MIB UPDATES | reopen DIR image|scan"),
+        ["reopen", dir, mode] => reopen(Path::new(dir), mode == "image", 0),
+        ["reopen", dir, mode, inserts] => {
+            reopen(Path::new(dir), mode == "image", inserts.parse().unwrap())
+        }
+        _ => panic!("usage: router_reopen build DIR MIB UPDATES | reopen DIR image|scan [INSERTS]"),
     }
 }
 
@@ -106,19 +112,13 @@ fn build(dir: &Path, mib: u64, updates: u64) {
     let (bosc, _, _) = engine(dir, blocks);
     let tree = BPlusTree::open_with_router(bosc, None, image(dir)).unwrap();
     println!("first open (no image yet): {:?}", tree.router_open());
-    let mut x = 0x9E37_79B9_7F4A_7C15u64;
     let started = Instant::now();
-    for b in 0..updates.div_ceil(1000) {
-        let batch: Vec<(Key, u64)> = (0..1000)
-            .map(|i| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                (Key::new(1, x % (leaves * fill as u64 * 16), 1 + b), i)
-            })
-            .collect();
-        tree.insert_batch(&batch).unwrap();
-    }
+    insert(
+        &tree,
+        updates,
+        leaves * fill as u64 * 16,
+        0x9E37_79B9_7F4A_7C15,
+    );
     let s = tree.stats();
     println!(
         "{updates} inserts in {:.1} s: {} leaves, {} images written, {} modifications pending",
@@ -130,7 +130,22 @@ fn build(dir: &Path, mib: u64, updates: u64) {
     );
 }
 
-fn reopen(dir: &Path, from_image: bool) {
+/// `n` random inserts in batches of 1,000 over keys `[0, span)`, each batch a new timestamp.
+fn insert(tree: &BPlusTree, n: u64, span: u64, mut x: u64) {
+    for b in 0..n.div_ceil(1000) {
+        let batch: Vec<(Key, u64)> = (0..1000)
+            .map(|i| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (Key::new(1, x % span, 1 + b), i)
+            })
+            .collect();
+        tree.insert_batch(&batch).unwrap();
+    }
+}
+
+fn reopen(dir: &Path, from_image: bool, inserts: u64) {
     let blocks = blocks_of(dir);
     let started = Instant::now();
     let (bosc, engine_s, requeued) = engine(dir, blocks);
@@ -156,6 +171,30 @@ fn reopen(dir: &Path, from_image: bool) {
         r.leaves_found,
         r.image_bytes,
     );
-    // Nothing committed: the next reopen finds the same state.
+    if from_image && inserts == 0 {
+        let t = Instant::now();
+        tree.wait_for_counts();
+        println!(
+            "  counts of every leaf read in the background {:.3} s after the open",
+            t.elapsed().as_secs_f64()
+        );
+    }
+    if inserts > 0 {
+        let started = Instant::now();
+        let span = (blocks / 2) * 16 * leaf_capacity(tree.bosc().payload_bytes()) as u64;
+        insert(&tree, inserts, span, 0x2545_F491_4F6C_DD1D);
+        let s = tree.stats();
+        let load = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+        println!(
+            "  then {inserts} inserts in {:.2} s ({:.0}/s): {} leaves read for their count by a \
+             put, {} by the background refresher, {} split with a read, {} read ahead for splits",
+            started.elapsed().as_secs_f64(),
+            inserts as f64 / started.elapsed().as_secs_f64(),
+            load(&s.counts_refreshed),
+            load(&s.counts_refreshed_in_background),
+            load(&s.splits_with_read),
+            load(&s.leaves_prefetched),
+        );
+    }
     tree.bosc().close();
 }

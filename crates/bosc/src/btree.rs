@@ -52,6 +52,7 @@ use crate::engine::Submitted;
 use crate::{Bosc, Change, Error, Op};
 
 mod bulk;
+mod counts;
 pub mod image;
 mod leaf;
 mod open;
@@ -59,6 +60,7 @@ mod persist;
 mod readers;
 mod router;
 
+use counts::Refresher;
 use leaf::{apply_change, encode_mod, hot_at, LeafView, TAG_DELETE, TAG_KEEP_BELOW, TAG_PUT};
 pub use leaf::{
     leaf_capacity, leaf_payload, Key, LeafApp, LEAF_HEADER_LEN, LEAF_MAGIC, RECORD_LEN,
@@ -92,6 +94,9 @@ pub struct TreeStats {
     pub router_images_written: AtomicU64,
     /// Opens with a router image disk that found no usable image and read every leaf.
     pub router_fallbacks: AtomicU64,
+    /// Leaves known from a router image whose count the background refresher read before
+    /// a put did.
+    pub counts_refreshed_in_background: AtomicU64,
 }
 
 /// Changes staged for one group commit, and the blocks they touch.
@@ -118,17 +123,18 @@ impl Staged {
 /// The B+tree. One lock serialises the tree's operations (the seed locks per leaf; the BOSC
 /// calls under it are short, since modifications are only logged and queued).
 pub struct BPlusTree {
-    /// Declared first, so dropped first: the readers' threads end before the engine does.
+    /// Declared first, so dropped first: the threads end before the engine does.
+    refresher: Refresher,
     readers: Readers,
     bosc: Arc<Bosc<LeafApp>>,
-    router: Mutex<Router>,
+    router: Arc<Mutex<Router>>,
     capacity: usize,
     split_threshold: usize,
     /// Whether batches read nearly full leaves ahead ([`BPlusTree::set_read_ahead`]).
     read_ahead: AtomicBool,
     /// Parts a batch is logged in ([`BPlusTree::set_log_parts`]).
     log_parts: AtomicUsize,
-    stats: TreeStats,
+    stats: Arc<TreeStats>,
     /// How open built the router.
     opened: RouterOpen,
 }

@@ -99,12 +99,13 @@ impl Mem {
             .0
     }
 
-    /// Opens with the image; returns the tree and the data-disk bytes the tree's open read.
+    /// Opens with the image; returns the tree and the data disk's read counter as the tree's
+    /// open began (after the engine's).
     fn open(&self) -> (BPlusTree, u64) {
         let bosc = self.engine();
         let before = self.data.read.load(Ordering::Relaxed);
         let t = BPlusTree::open_with_router(bosc, None, Arc::clone(&self.image)).unwrap();
-        (t, self.data.read.load(Ordering::Relaxed) - before)
+        (t, before)
     }
 
     /// Opens without the image, reading every leaf.
@@ -161,11 +162,22 @@ fn reopen_from_the_image_after_splits_with_and_without_a_checkpoint() {
     let leaves = t.leaf_count();
     drop(t);
 
-    let (t, read) = m.open();
+    let (t, before) = m.open();
+    // The background refresher reads the counts of the leaves no put has read yet: every
+    // block once, which leaves what the open itself read.
+    t.wait_for_counts();
+    let bs = u64::from(m.cfg.block_bytes);
+    let read = m.data.read.load(Ordering::Relaxed) - before - m.cfg.block_count * bs;
     let r = t.router_open().clone();
     assert!(r.from_image, "{r:?}");
     assert!(r.leaves_found > 0, "splits since the last image: {r:?}");
     assert_eq!(t.leaf_count(), leaves);
+    check_all(&t, &o);
+    let counted = t
+        .stats()
+        .counts_refreshed_in_background
+        .load(Ordering::Relaxed);
+    assert!(counted > 0 && counted as usize <= leaves, "{counted}");
     check_all(&t, &o);
     drop(t);
     let (t, full) = m.open_scanning();
@@ -174,7 +186,6 @@ fn reopen_from_the_image_after_splits_with_and_without_a_checkpoint() {
     drop(t);
     // The scan reads every block; the image's open its lease (a sixteenth of the leaves, at
     // least 32 blocks), 64 blocks past it, and a few leaves to check for a torn split.
-    let bs = u64::from(m.cfg.block_bytes);
     assert_eq!(full, m.cfg.block_count * bs);
     assert!(
         read * 8 < full,
@@ -184,7 +195,7 @@ fn reopen_from_the_image_after_splits_with_and_without_a_checkpoint() {
     assert!(r.blocks_scanned <= leaves as u64 / 16 + 32 + 64, "{r:?}");
 
     // A checkpoint between the last splits and the reopen; then splits of leaves whose counts
-    // the image did not have (each read once, then split or refreshed).
+    // the image did not have (each read once, by a put or by the refresher, whichever first).
     let (t, _) = m.open();
     insert(&t, &mut o, &mut rng, 2000);
     t.bosc().commit_all().unwrap();
@@ -193,7 +204,10 @@ fn reopen_from_the_image_after_splits_with_and_without_a_checkpoint() {
     assert!(t.router_open().from_image);
     check_all(&t, &o);
     insert(&t, &mut o, &mut rng, 2000);
-    assert!(t.stats().counts_refreshed.load(Ordering::Relaxed) > 0);
+    let s = t.stats();
+    let read = s.counts_refreshed.load(Ordering::Relaxed)
+        + s.counts_refreshed_in_background.load(Ordering::Relaxed);
+    assert!(read > 0);
     check_all(&t, &o);
 }
 
@@ -239,7 +253,8 @@ fn a_damaged_image_falls_back_to_the_full_scan() {
     assert!(len > IMAGE_BODY_START);
     for (damage, why) in cases {
         damage();
-        let (t, read) = m.open();
+        let (t, before) = m.open();
+        let read = m.data.read.load(Ordering::Relaxed) - before;
         let r = t.router_open().clone();
         assert!(!r.from_image);
         assert!(
@@ -388,4 +403,47 @@ fn an_image_older_than_the_tree_is_not_used() {
         "{r:?}"
     );
     check_all(&t, &o);
+}
+
+/// An image with valid checksums that lies (two leaves' blocks swapped): open cannot tell
+/// without reading the leaves, but the background refresher, which reads them all, finds a
+/// leaf the router routes elsewhere and fails the tree instead of letting it answer wrong.
+#[test]
+fn a_lying_image_is_caught_by_the_refresher() {
+    use mariner_bosc::btree::image::RouterImage;
+    let m = Mem::new(2048);
+    let mut rng = Rng(13);
+    let mut o = BTreeMap::new();
+    let (t, _) = m.open();
+    insert(&t, &mut o, &mut rng, 2000);
+    drop(t);
+    let mut slots = [[0u8; 64]; 2];
+    for (s, at) in slots.iter_mut().zip(IMAGE_SLOTS) {
+        m.image.read_at(s, at).unwrap();
+    }
+    let h = ImageHeader::pick([&slots[0], &slots[1]]).unwrap();
+    let mut body = vec![0u8; h.body_len as usize];
+    m.image.read_at(&mut body, h.body_offset).unwrap();
+    let mut img = RouterImage::decode(&body).unwrap();
+    let (a, b) = (img.leaves[1].1, img.leaves[2].1);
+    img.leaves[1].1 = b;
+    img.leaves[2].1 = a;
+    let body = img.encode();
+    let at = m.image.len().unwrap().next_multiple_of(4096);
+    m.image.set_len(at + body.len() as u64).unwrap();
+    m.image.write_at(&body, at).unwrap();
+    let lie = ImageHeader {
+        generation: h.generation + 1,
+        body_offset: at,
+        body_len: body.len() as u64,
+        body_crc: crc32c::crc32c(&body),
+        ..h
+    };
+    let slot = IMAGE_SLOTS[usize::from(lie.generation % 2 == 1)];
+    m.image.write_at(&lie.encode(), slot).unwrap();
+    let (t, _) = m.open();
+    assert!(t.router_open().from_image);
+    t.wait_for_counts();
+    let err = t.get(Key::MIN).unwrap_err().to_string();
+    assert!(err.contains("did not match"), "{err}");
 }

@@ -25,9 +25,12 @@
 //!
 //! What the image cannot carry is an exact record count per leaf: puts after it are not in
 //! it. The router's counts are upper bounds (a put into a full leaf would overflow it), so a
-//! leaf from the image starts at its capacity, and its first put reads it to learn its count
-//! (`counts_refreshed`; the batch reads such leaves concurrently, [`super::BPlusTree`]'s
-//! prefetch). Leaves found in the lease are read by the scan and counted exactly.
+//! leaf from the image starts unread, and its first put reads it to learn its count
+//! (`counts_refreshed`; a batch reads such leaves concurrently), unless the background
+//! refresher (`counts`), which reads every leaf in block order after the open, got there
+//! first. Leaves found in the lease are read by the scan and counted exactly. The refresher
+//! also checks every leaf against the router, so an image that passed every check at open
+//! and still lies fails the tree within one sequential read of it.
 //!
 //! The lease argument needs the newest image: an older copy of the file put back beside the
 //! data disk may have a lease the tree has outrun. Allocation is in order, so the tree would

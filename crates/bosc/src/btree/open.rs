@@ -14,7 +14,7 @@ use super::leaf::{
 };
 use super::readers::Readers;
 use super::router::{Fence, FreeBlocks, Leaf, Router, MAX_BLOCKS};
-use super::{lock, BPlusTree, RouterOpen, TreeStats};
+use super::{lock, BPlusTree, Refresher, RouterOpen, TreeStats};
 use crate::{Bosc, Error};
 
 /// A leaf found at open: 48 bytes, so that the list of a large tree's leaves stays small
@@ -87,20 +87,21 @@ impl BPlusTree {
     ) -> Self {
         Self {
             bosc: Arc::new(bosc),
+            refresher: Refresher::default(),
             readers: Readers::default(),
-            router: Mutex::new(Router {
+            router: Arc::new(Mutex::new(Router {
                 leaves,
                 free,
                 failed: None,
                 persist: None,
-            }),
+            })),
             capacity,
             split_threshold: split_threshold
                 .unwrap_or(default_split_threshold(capacity))
                 .clamp(2, capacity),
             read_ahead: AtomicBool::new(true),
             log_parts: AtomicUsize::new(1),
-            stats: TreeStats::default(),
+            stats: Arc::new(TreeStats::default()),
             opened: RouterOpen::default(),
         }
     }
