@@ -5,11 +5,14 @@
 //!   [`LeafApp`] (the first part of the seed's two-part commit function). Queries go through
 //!   [`Bosc::query`], so they see queued modifications (§3.2.4).
 //! - Internal nodes live in memory as a `BTreeMap` from each leaf's low fence key to the leaf.
-//!   They are **rebuilt at open by scanning the leaves**: every leaf carries its low fence, so the
-//!   leaves alone define the tree and a split needs no second durable structure to stay
-//!   consistent with. The cost is one sequential read of the index at open (and the exact
-//!   record counts come for free); persisting the fences in a directory of BOSC blocks would cut
-//!   that to ~0.15% of the index and is the next step for indexes far larger than memory.
+//!   Every leaf carries its low fence, so the leaves alone define the tree and a split needs no
+//!   second durable structure to stay consistent with: [`BPlusTree::open`] **rebuilds the
+//!   router by scanning every leaf** (one sequential read of the index; 0.9 s for 650 MiB of
+//!   leaves, read cold, in bench/router-reopen.sh). [`BPlusTree::open_with_router`] reads it
+//!   instead from a **router image** beside the data disk ([`image`]: 24 bytes a leaf, 0.6 % of
+//!   the index) and scans only the image's lease, the few blocks where leaves created since
+//!   can be; the lease is what keeps the image valid without writing it at every split or
+//!   every BOSC checkpoint. A missing or damaged image costs the full scan, never a wrong route.
 //! - The second part of the commit function runs when a modification is queued: the tree keeps
 //!   an upper bound of each leaf's record count (a blind insert may be an update) and splits
 //!   proactively once it passes `split_threshold`. When the leaf's image is in memory (always
@@ -18,7 +21,7 @@
 //!   seed, until the bound reaches the leaf's capacity, and then the split reads the leaf.
 //!
 //! Split, in log order: (1) whole-block write of the new leaf with fence F and the upper half —
-//! the commit point: from here the scan at open routes keys ≥ F to it; (2) `KeepBelow(F)` on the
+//! the commit point: from here an open (scan, or image and lease) routes keys ≥ F to it; (2) `KeepBelow(F)` on the
 //! old leaf. A crash between (1) and (2) leaves stale copies ≥ F in the old leaf; they are never
 //! routed to, and open removes them. Leaves are never merged; deletes leave room in place.
 //!
@@ -33,239 +36,38 @@
 //! exist nowhere else.
 //!
 //! [`BPlusTree::bulk_load`] builds a tree from sorted records straight onto a fresh disk.
+//!
+//! Layout: this file holds [`BPlusTree`] and its operations (batches, splits, queries); the
+//! submodules `leaf` (the on-disk leaf and its update function), `router` (the in-memory
+//! internal nodes and free blocks), `open` (rebuilding the router by the scan), [`image`] (the
+//! router image's format and the reasoning behind it), `persist` (writing images, the lease,
+//! opening from an image), `readers` (the leaf-reading threads) and `bulk` (bulk load) hold
+//! the parts around it.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
-use std::ops::Bound;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex, MutexGuard, PoisonError};
-use std::thread::JoinHandle;
 
 use crate::engine::Submitted;
-use crate::{BlockApp, Bosc, Change, Error, Op};
+use crate::{Bosc, Change, Error, Op};
 
-/// A version-index key. Ordered by volume, then LBA, then timestamp, so the versions of one
-/// block are adjacent and "newest at or before T" is a predecessor search.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
-pub struct Key {
-    pub volume: u32,
-    pub lba: u64,
-    pub timestamp: u64,
-}
+mod bulk;
+mod counts;
+pub mod image;
+mod leaf;
+mod open;
+mod persist;
+mod readers;
+mod router;
 
-impl Key {
-    pub const ENCODED_LEN: usize = 20;
-    pub const MIN: Key = Key {
-        volume: 0,
-        lba: 0,
-        timestamp: 0,
-    };
-
-    pub fn new(volume: u32, lba: u64, timestamp: u64) -> Self {
-        Self {
-            volume,
-            lba,
-            timestamp,
-        }
-    }
-
-    pub fn encode(&self, out: &mut [u8]) {
-        out[0..4].copy_from_slice(&self.volume.to_le_bytes());
-        out[4..12].copy_from_slice(&self.lba.to_le_bytes());
-        out[12..20].copy_from_slice(&self.timestamp.to_le_bytes());
-    }
-
-    pub fn decode(b: &[u8]) -> Self {
-        Self {
-            volume: u32_at(b, 0),
-            lba: u64_at(b, 4),
-            timestamp: u64_at(b, 12),
-        }
-    }
-}
-
-fn u32_at(b: &[u8], at: usize) -> u32 {
-    let mut a = [0u8; 4];
-    a.copy_from_slice(&b[at..at + 4]);
-    u32::from_le_bytes(a)
-}
-
-fn u64_at(b: &[u8], at: usize) -> u64 {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&b[at..at + 8]);
-    u64::from_le_bytes(a)
-}
-
-pub const LEAF_MAGIC: [u8; 4] = *b"BTLF";
-pub const LEAF_HEADER_LEN: usize = 8 + Key::ENCODED_LEN;
-pub const RECORD_LEN: usize = Key::ENCODED_LEN + 8;
-const _: () = assert!(LEAF_HEADER_LEN == 28 && RECORD_LEN == 28);
-
-const TAG_PUT: u8 = 1;
-const TAG_DELETE: u8 = 2;
-const TAG_KEEP_BELOW: u8 = 3;
-
-/// Records a leaf payload of `payload_bytes` holds.
-pub fn leaf_capacity(payload_bytes: usize) -> usize {
-    payload_bytes.saturating_sub(LEAF_HEADER_LEN) / RECORD_LEN
-}
-
-/// Read access to a leaf payload.
-struct LeafView<'a>(&'a [u8]);
-
-impl LeafView<'_> {
-    fn is_leaf(&self) -> bool {
-        self.0.len() >= LEAF_HEADER_LEN && self.0[0..4] == LEAF_MAGIC
-    }
-    fn count(&self) -> usize {
-        u32_at(self.0, 4) as usize
-    }
-    fn fence(&self) -> Key {
-        Key::decode(&self.0[8..28])
-    }
-    fn key(&self, i: usize) -> Key {
-        let at = LEAF_HEADER_LEN + i * RECORD_LEN;
-        Key::decode(&self.0[at..at + Key::ENCODED_LEN])
-    }
-    fn value(&self, i: usize) -> u64 {
-        u64_at(self.0, LEAF_HEADER_LEN + i * RECORD_LEN + Key::ENCODED_LEN)
-    }
-    /// `Ok(i)`: record i has the key; `Err(i)`: it would go at i.
-    fn search(&self, key: &Key) -> Result<usize, usize> {
-        let (mut lo, mut hi) = (0, self.count());
-        while lo < hi {
-            let mid = (lo + hi) / 2;
-            match self.key(mid).cmp(key) {
-                std::cmp::Ordering::Less => lo = mid + 1,
-                std::cmp::Ordering::Greater => hi = mid,
-                std::cmp::Ordering::Equal => return Ok(mid),
-            }
-        }
-        Err(lo)
-    }
-    /// What makes a block with the leaf magic no leaf the tree could have written: more
-    /// records than fit, records out of order, or below the fence. The tree's record counts
-    /// and searches rely on neither happening.
-    fn malformed(&self, capacity: usize) -> Option<String> {
-        let n = self.count();
-        if n > capacity {
-            return Some(format!(
-                "a leaf of {n} records, more than the {capacity} it holds"
-            ));
-        }
-        if n > 0 && self.key(0) < self.fence() {
-            return Some("a leaf record below its fence".into());
-        }
-        (1..n)
-            .any(|i| self.key(i - 1) >= self.key(i))
-            .then(|| "leaf records out of order".into())
-    }
-    /// Records with keys in `[from, to)`.
-    fn records(&self, from: Key, to: Option<Key>) -> Vec<(Key, u64)> {
-        let start = self.search(&from).unwrap_or_else(|i| i);
-        (start..self.count())
-            .map(|i| (self.key(i), self.value(i)))
-            .take_while(|(k, _)| to.is_none_or(|t| *k < t))
-            .collect()
-    }
-}
-
-/// Builds a leaf payload.
-pub fn leaf_payload(payload_bytes: usize, fence: Key, records: &[(Key, u64)]) -> Vec<u8> {
-    assert!(records.len() <= leaf_capacity(payload_bytes));
-    let mut p = vec![0u8; payload_bytes];
-    p[0..4].copy_from_slice(&LEAF_MAGIC);
-    p[4..8].copy_from_slice(&(records.len() as u32).to_le_bytes());
-    fence.encode(&mut p[8..28]);
-    for (i, (k, v)) in records.iter().enumerate() {
-        let at = LEAF_HEADER_LEN + i * RECORD_LEN;
-        k.encode(&mut p[at..at + Key::ENCODED_LEN]);
-        p[at + Key::ENCODED_LEN..at + RECORD_LEN].copy_from_slice(&v.to_le_bytes());
-    }
-    p
-}
-
-/// A staged change applied to a leaf's payload in memory, as the engine would apply it.
-fn apply_change(p: &mut [u8], c: &Change) {
-    match c.op {
-        Op::Write => {
-            p.fill(0);
-            p[..c.bytes.len()].copy_from_slice(&c.bytes);
-        }
-        Op::App => LeafApp.apply(c.block, p, &c.bytes),
-    }
-}
-
-fn set_count(p: &mut [u8], n: usize) {
-    p[4..8].copy_from_slice(&(n as u32).to_le_bytes());
-}
-
-fn encode_mod(tag: u8, key: Key, value: u64) -> Vec<u8> {
-    let mut m = vec![0u8; 1 + RECORD_LEN];
-    m[0] = tag;
-    key.encode(&mut m[1..21]);
-    m[21..29].copy_from_slice(&value.to_le_bytes());
-    m
-}
-
-/// The leaf's commit function (part one): applies a put, delete or split truncation.
-pub struct LeafApp;
-
-impl BlockApp for LeafApp {
-    fn apply(&self, _block: u64, p: &mut [u8], m: &[u8]) {
-        if m.len() != 1 + RECORD_LEN || !LeafView(p).is_leaf() {
-            // The tree only modifies blocks it wrote as leaves first; anything else is a bug.
-            panic!("B+tree modification of a non-leaf or malformed modification");
-        }
-        let key = Key::decode(&m[1..21]);
-        let view = LeafView(p);
-        let (count, found) = (view.count(), view.search(&key));
-        let at = |i: usize| LEAF_HEADER_LEN + i * RECORD_LEN;
-        match (m[0], found) {
-            (TAG_PUT, Ok(i)) => p[at(i) + 20..at(i) + 28].copy_from_slice(&m[21..29]),
-            (TAG_PUT, Err(i)) => {
-                assert!(count < leaf_capacity(p.len()), "leaf overflow");
-                p.copy_within(at(i)..at(count), at(i + 1));
-                p[at(i)..at(i + 1)].copy_from_slice(&m[1..29]);
-                set_count(p, count + 1);
-            }
-            (TAG_DELETE, Ok(i)) => {
-                p.copy_within(at(i + 1)..at(count), at(i));
-                p[at(count - 1)..at(count)].fill(0);
-                set_count(p, count - 1);
-            }
-            (TAG_DELETE, Err(_)) => {}
-            (TAG_KEEP_BELOW, found) => {
-                let keep = found.unwrap_or_else(|i| i);
-                p[at(keep)..at(count)].fill(0);
-                set_count(p, keep);
-            }
-            _ => panic!("unknown B+tree modification tag {}", m[0]),
-        }
-    }
-
-    /// A leaf the commit cycle finds within a sixteenth of full is kept in memory, and the
-    /// tree splits it at its next batch ([`BPlusTree::insert_batch`]) without reading it: the
-    /// seed's proactive split (§3.3), where the second part of the commit function splits a
-    /// leaf the first part filled. Otherwise a leaf that fills up on disk is read again to
-    /// split. Not from the split threshold (3/4 by default): splitting every leaf the commit
-    /// finds above it halves leaves at 3/4 full, and the index benchmark then wrote 23 % more
-    /// blocks per update and its inserts were 8 % slower (docs/benchmarks.md).
-    fn hot(&self, _block: u64, p: &[u8]) -> bool {
-        let v = LeafView(p);
-        v.is_leaf() && v.count() >= hot_at(leaf_capacity(p.len()))
-    }
-}
-
-/// Records from which a leaf is nearly full: kept in memory by a commit that finds it so
-/// ([`LeafApp::hot`]), read ahead by a batch that brings it there ([`BPlusTree::insert_batch`]).
-fn hot_at(capacity: usize) -> usize {
-    capacity - capacity / 16
-}
-
-/// A leaf splits at 3/4 of its capacity unless the tree is opened with another threshold.
-fn default_split_threshold(capacity: usize) -> usize {
-    capacity * 3 / 4
-}
+use counts::Refresher;
+use leaf::{apply_change, encode_mod, hot_at, LeafView, TAG_DELETE, TAG_KEEP_BELOW, TAG_PUT};
+pub use leaf::{
+    leaf_capacity, leaf_payload, Key, LeafApp, LEAF_HEADER_LEN, LEAF_MAGIC, RECORD_LEN,
+};
+pub use persist::RouterOpen;
+use readers::Readers;
+use router::{Fence, Leaf, Router};
 
 /// Counters.
 #[derive(Debug, Default)]
@@ -288,138 +90,13 @@ pub struct TreeStats {
     pub splits_hot: AtomicU64,
     /// Nearly full leaves read ahead, off the batches' path.
     pub leaves_read_ahead: AtomicU64,
-}
-
-/// A leaf as the router holds it: 8 bytes (the tree's blocks are numbered in 32 bits,
-/// checked at open).
-#[derive(Debug, Clone, Copy)]
-struct Leaf {
-    block: u32,
-    /// Upper bound of the leaf's record count.
-    records_max: u32,
-}
-
-impl Leaf {
-    fn new(block: u64, records_max: usize) -> Self {
-        Self {
-            block: block as u32,
-            records_max: u32::try_from(records_max).unwrap_or(u32::MAX),
-        }
-    }
-
-    fn block(&self) -> u64 {
-        u64::from(self.block)
-    }
-
-    fn records_max(&self) -> usize {
-        self.records_max as usize
-    }
-
-    fn set_records_max(&mut self, n: usize) {
-        self.records_max = u32::try_from(n).unwrap_or(u32::MAX);
-    }
-}
-
-/// A key as the router holds it: 20 bytes where a [`Key`] takes 24 (packed to 4-byte
-/// alignment), compared as three integers. With 8-byte [`Leaf`]s, a router entry is 28 bytes
-/// instead of 40: the internal nodes take 30 % less of the memory budget they share with the
-/// engine's queues.
-#[derive(Debug, Clone, Copy)]
-#[repr(C, packed(4))]
-struct Fence {
-    /// Volume, then the LBA's high half.
-    hi: u64,
-    /// The LBA's low half, then the timestamp's high half.
-    mid: u64,
-    /// The timestamp's low half.
-    lo: u32,
-}
-
-impl From<Key> for Fence {
-    fn from(k: Key) -> Self {
-        Fence {
-            hi: u64::from(k.volume) << 32 | k.lba >> 32,
-            mid: k.lba << 32 | k.timestamp >> 32,
-            lo: k.timestamp as u32,
-        }
-    }
-}
-
-impl Fence {
-    fn key(&self) -> Key {
-        let (hi, mid, lo) = self.parts();
-        Key::new(
-            (hi >> 32) as u32,
-            hi << 32 | mid >> 32,
-            mid << 32 | u64::from(lo),
-        )
-    }
-
-    /// The fields by value (a packed field cannot be borrowed).
-    fn parts(&self) -> (u64, u64, u32) {
-        (self.hi, self.mid, self.lo)
-    }
-}
-
-impl PartialEq for Fence {
-    fn eq(&self, other: &Self) -> bool {
-        self.parts() == other.parts()
-    }
-}
-
-impl Eq for Fence {}
-
-impl PartialOrd for Fence {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for Fence {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.parts().cmp(&other.parts())
-    }
-}
-
-const _: () = assert!(std::mem::size_of::<Fence>() == 20 && std::mem::size_of::<Leaf>() == 8);
-
-/// The most blocks a B+tree's engine may have ([`Leaf::block`] is 32 bits).
-const MAX_BLOCKS: u64 = 1 << 32;
-
-struct Router {
-    /// Low fence → leaf: the in-memory internal nodes.
-    leaves: BTreeMap<Fence, Leaf>,
-    /// Unused blocks.
-    free: FreeBlocks,
-    /// Set when a batch failed after the router already routed to its new leaves: the tree in
-    /// memory no longer matches what is durable, so every later operation fails.
-    failed: Option<String>,
-}
-
-/// Unused blocks as runs `[start, end)`, highest first: allocation takes the lowest block.
-/// A run costs 16 bytes however long, so a mostly empty disk costs next to nothing.
-#[derive(Debug, Default)]
-struct FreeBlocks {
-    runs: Vec<(u64, u64)>,
-}
-
-impl FreeBlocks {
-    /// From free runs `[start, end)` in ascending order, as a scan finds them.
-    fn from_ascending(mut runs: Vec<(u64, u64)>) -> Self {
-        runs.retain(|r| r.0 < r.1);
-        runs.reverse();
-        Self { runs }
-    }
-
-    fn pop(&mut self) -> Option<u64> {
-        let run = self.runs.last_mut()?;
-        let block = run.0;
-        run.0 += 1;
-        if run.0 == run.1 {
-            self.runs.pop();
-        }
-        Some(block)
-    }
+    /// Router images written ([`image`]): at open, when a lease ran out, on request.
+    pub router_images_written: AtomicU64,
+    /// Opens with a router image disk that found no usable image and read every leaf.
+    pub router_fallbacks: AtomicU64,
+    /// Leaves known from a router image whose count the background refresher read before
+    /// a put did.
+    pub counts_refreshed_in_background: AtomicU64,
 }
 
 /// Changes staged for one group commit, and the blocks they touch.
@@ -431,6 +108,9 @@ struct Staged {
     prefetched: HashMap<u64, Vec<u8>>,
     /// Low fences of the leaves the batch split.
     split: HashSet<Key>,
+    /// The batch's new leaves (fence, block), whole batch long: not yet durable, so a
+    /// router image written inside the batch leaves them out ([`Self::alloc`]).
+    created: Vec<(Key, u64)>,
 }
 
 impl Staged {
@@ -440,297 +120,30 @@ impl Staged {
     }
 }
 
-impl Router {
-    fn check(&self) -> Result<(), Error> {
-        match &self.failed {
-            Some(why) => Err(Error::Failed(why.clone())),
-            None => Ok(()),
-        }
-    }
-
-    fn leaf_for(&self, key: Key) -> Result<(Key, Leaf), Error> {
-        // Open guarantees a leaf with fence Key::MIN.
-        let (f, l) = self
-            .leaves
-            .range(..=Fence::from(key))
-            .next_back()
-            .ok_or_else(|| Error::Index("no leaf has the lowest fence".into()))?;
-        Ok((f.key(), *l))
-    }
-
-    fn next_fence(&self, fence: Key) -> Option<Key> {
-        self.leaves
-            .range((Bound::Excluded(Fence::from(fence)), Bound::Unbounded))
-            .next()
-            .map(|(k, _)| k.key())
-    }
-
-    fn get(&self, fence: Key) -> Option<Leaf> {
-        self.leaves.get(&Fence::from(fence)).copied()
-    }
-
-    fn get_mut(&mut self, fence: Key) -> Option<&mut Leaf> {
-        self.leaves.get_mut(&Fence::from(fence))
-    }
-
-    fn insert(&mut self, fence: Key, leaf: Leaf) -> Option<Leaf> {
-        self.leaves.insert(Fence::from(fence), leaf)
-    }
-}
-
-/// Threads reading leaves for the splits of a batch ([`BPlusTree::prefetch`]), started at the
-/// first such batch and kept: spawning eight threads per batch (a stack mapped and unmapped
-/// each) cost more CPU than the reads.
-#[derive(Default)]
-struct Readers {
-    jobs: Mutex<Option<mpsc::Sender<ReadJob>>>,
-    threads: Mutex<Vec<JoinHandle<()>>>,
-}
-
-/// A leaf to read and where to send its payload; with no one to send it to, a read ahead
-/// that the engine keeps for [`Bosc::take_hot`].
-struct ReadJob {
-    block: u64,
-    reply: Option<LeafReply>,
-}
-
-/// Where a reader sends a leaf's payload.
-type LeafReply = mpsc::Sender<(u64, Result<Vec<u8>, Error>)>;
-
-impl Readers {
-    /// Reads at most this many leaves at once.
-    const THREADS: usize = 8;
-
-    fn send(
-        &self,
-        bosc: &Arc<Bosc<LeafApp>>,
-        block: u64,
-        reply: Option<LeafReply>,
-    ) -> Result<(), Error> {
-        let mut jobs = self.jobs.lock().unwrap_or_else(PoisonError::into_inner);
-        if jobs.is_none() {
-            let (tx, rx) = mpsc::channel::<ReadJob>();
-            let rx = Arc::new(Mutex::new(rx));
-            let mut threads = self.threads.lock().unwrap_or_else(PoisonError::into_inner);
-            for i in 0..Self::THREADS {
-                let (rx, bosc) = (Arc::clone(&rx), Arc::clone(bosc));
-                let spawned = std::thread::Builder::new()
-                    .name(format!("btree-read{i}"))
-                    .spawn(move || loop {
-                        let job = rx.lock().unwrap_or_else(PoisonError::into_inner).recv();
-                        let Ok(job) = job else { return };
-                        match job.reply {
-                            Some(reply) => {
-                                let payload = bosc.query(job.block, <[u8]>::to_vec);
-                                let _ = reply.send((job.block, payload));
-                            }
-                            // A failed read ahead leaves the split to read the leaf itself,
-                            // and to report the error.
-                            None => drop(bosc.read_hot(job.block)),
-                        }
-                    });
-                threads.push(spawned.map_err(|e| Error::Failed(format!("leaf reader: {e}")))?);
-            }
-            *jobs = Some(tx);
-        }
-        jobs.as_ref()
-            .and_then(|tx| tx.send(ReadJob { block, reply }).ok())
-            .ok_or_else(|| Error::Failed("the leaf readers stopped".into()))
-    }
-}
-
-impl Drop for Readers {
-    fn drop(&mut self) {
-        // Closing the queue ends every thread once it has no job left.
-        self.jobs
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        let threads =
-            std::mem::take(&mut *self.threads.lock().unwrap_or_else(PoisonError::into_inner));
-        for t in threads {
-            let _ = t.join();
-        }
-    }
-}
-
 /// The B+tree. One lock serialises the tree's operations (the seed locks per leaf; the BOSC
 /// calls under it are short, since modifications are only logged and queued).
 pub struct BPlusTree {
-    /// Declared first, so dropped first: the readers' threads end before the engine does.
+    /// Declared first, so dropped first: the threads end before the engine does.
+    refresher: Refresher,
     readers: Readers,
     bosc: Arc<Bosc<LeafApp>>,
-    router: Mutex<Router>,
+    router: Arc<Mutex<Router>>,
     capacity: usize,
     split_threshold: usize,
     /// Whether batches read nearly full leaves ahead ([`BPlusTree::set_read_ahead`]).
     read_ahead: AtomicBool,
     /// Parts a batch is logged in ([`BPlusTree::set_log_parts`]).
     log_parts: AtomicUsize,
-    stats: TreeStats,
+    stats: Arc<TreeStats>,
+    /// How open built the router.
+    opened: RouterOpen,
 }
 
 fn lock(m: &Mutex<Router>) -> MutexGuard<'_, Router> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// A leaf found at open: 48 bytes, so that the list of a large tree's leaves stays small
-/// beside the router it becomes.
-struct Scanned {
-    fence: Fence,
-    /// Its largest key; the fence if it has none (then nothing is at or above the next fence).
-    max_key: Fence,
-    leaf: Leaf,
-}
-
 impl BPlusTree {
-    /// Rebuilds the internal nodes from the leaves of an opened (recovered) engine, repairs
-    /// half-done splits, and creates the root leaf of an empty tree. `split_threshold` is in
-    /// records; `None` takes 3/4 of a leaf's capacity.
-    pub fn open(bosc: Bosc<LeafApp>, split_threshold: Option<usize>) -> Result<Self, Error> {
-        let capacity = Self::check_engine(&bosc)?;
-        let mut scanned = Vec::new();
-        let mut free = Vec::new();
-        let mut next_free = 0;
-        bosc.scan(0, bosc.block_count(), |block, p| {
-            let v = LeafView(p);
-            if v.is_leaf() {
-                if let Some(why) = v.malformed(capacity) {
-                    return Err(Error::Index(format!("block {block}: {why}")));
-                }
-                if next_free < block {
-                    free.push((next_free, block));
-                }
-                next_free = block + 1;
-                let fence = v.fence();
-                scanned.push(Scanned {
-                    fence: Fence::from(fence),
-                    max_key: Fence::from(v.count().checked_sub(1).map_or(fence, |i| v.key(i))),
-                    leaf: Leaf::new(block, v.count()),
-                });
-            }
-            Ok(())
-        })?;
-        free.push((next_free, bosc.block_count()));
-        let free = FreeBlocks::from_ascending(free);
-        let tree = Self::assemble(bosc, capacity, split_threshold, BTreeMap::new(), free);
-        tree.install(scanned)?;
-        Ok(tree)
-    }
-
-    /// The capacity of the engine's leaves; refuses leaves too small and engines with more
-    /// blocks than a [`Leaf`] can number.
-    fn check_engine(bosc: &Bosc<LeafApp>) -> Result<usize, Error> {
-        let capacity = leaf_capacity(bosc.payload_bytes());
-        if capacity < 4 {
-            return Err(Error::Config(
-                "B+tree leaves need room for 4 records".into(),
-            ));
-        }
-        if bosc.block_count() > MAX_BLOCKS {
-            return Err(Error::Config(format!(
-                "a B+tree engine has at most {MAX_BLOCKS} blocks"
-            )));
-        }
-        Ok(capacity)
-    }
-
-    fn assemble(
-        bosc: Bosc<LeafApp>,
-        capacity: usize,
-        split_threshold: Option<usize>,
-        leaves: BTreeMap<Fence, Leaf>,
-        free: FreeBlocks,
-    ) -> Self {
-        Self {
-            bosc: Arc::new(bosc),
-            readers: Readers::default(),
-            router: Mutex::new(Router {
-                leaves,
-                free,
-                failed: None,
-            }),
-            capacity,
-            split_threshold: split_threshold
-                .unwrap_or(default_split_threshold(capacity))
-                .clamp(2, capacity),
-            read_ahead: AtomicBool::new(true),
-            log_parts: AtomicUsize::new(1),
-            stats: TreeStats::default(),
-        }
-    }
-
-    /// Builds the router from the leaves found at open, in fence order (a sorted build packs
-    /// the map's nodes full), and finishes the splits a crash left half done: a leaf holding
-    /// keys at or above the next leaf's fence keeps only those below it.
-    fn install(&self, mut scanned: Vec<Scanned>) -> Result<(), Error> {
-        let mut r = lock(&self.router);
-        if scanned.is_empty() {
-            let root = r.free.pop().ok_or(Error::Index("no blocks".into()))?;
-            let payload = leaf_payload(self.bosc.payload_bytes(), Key::MIN, &[]);
-            self.bosc.write(root, &payload)?;
-            r.insert(Key::MIN, Leaf::new(root, 0));
-            return Ok(());
-        }
-        scanned.sort_unstable_by_key(|s| s.fence);
-        if let Some(w) = scanned.windows(2).find(|w| w[0].fence == w[1].fence) {
-            return Err(Error::Index(format!(
-                "two leaves with fence {:?}",
-                w[0].fence.key()
-            )));
-        }
-        if scanned[0].fence != Fence::from(Key::MIN) {
-            return Err(Error::Index("no leaf has the lowest fence".into()));
-        }
-        let mut torn = Vec::new();
-        for w in scanned.windows(2) {
-            if w[0].max_key >= w[1].fence {
-                torn.push((w[0].fence.key(), w[0].leaf.block(), w[1].fence.key()));
-            }
-        }
-        r.leaves = scanned.into_iter().map(|s| (s.fence, s.leaf)).collect();
-        for (fence, block, hi) in torn {
-            self.bosc
-                .modify(block, &encode_mod(TAG_KEEP_BELOW, hi, 0))?;
-            let n = self.bosc.query(block, |p| LeafView(p).count())?;
-            if let Some(l) = r.get_mut(fence) {
-                l.set_records_max(n);
-            }
-            self.stats.leaves_repaired.fetch_add(1, Ordering::Relaxed);
-        }
-        Ok(())
-    }
-
-    /// Builds a tree on a freshly formatted, never modified engine from records in strictly
-    /// increasing key order: leaves of `fill` records (clamped to the capacity) written in
-    /// sequence with [`Bosc::load`] — no log, no queues — and the internal nodes built in
-    /// memory, as [`BPlusTree::open`] would rebuild them. Set-up for imports and benchmarks (the
-    /// seed's fast initialisation, §3.4.1); a crash during it leaves a disk to format again.
-    pub fn bulk_load(
-        bosc: Bosc<LeafApp>,
-        split_threshold: Option<usize>,
-        fill: usize,
-        records: impl IntoIterator<Item = (Key, u64)>,
-    ) -> Result<Self, Error> {
-        let capacity = Self::check_engine(&bosc)?;
-        let mut loader = BulkLoader::new(&bosc, fill.clamp(1, capacity));
-        for (key, value) in records {
-            loader.push(key, value)?;
-        }
-        let leaves = loader.finish()?;
-        let used = leaves.len() as u64;
-        let free = FreeBlocks::from_ascending(vec![(used, bosc.block_count())]);
-        let leaves = leaves
-            .into_iter()
-            .map(|(k, l)| (Fence::from(k), l))
-            .collect();
-        let tree = Self::assemble(bosc, capacity, split_threshold, leaves, free);
-        if used == 0 {
-            tree.install(Vec::new())?;
-        }
-        Ok(tree)
-    }
-
     /// Inserts or updates (blind: the leaf is not read).
     pub fn insert(&self, key: Key, value: u64) -> Result<(), Error> {
         self.insert_batch(&[(key, value)])
@@ -745,7 +158,25 @@ impl BPlusTree {
         let mut r = lock(&self.router);
         r.check()?;
         let mut staged = Staged::default();
-        self.split_hot(&mut r, &mut staged)?;
+        let done = self.stage_and_send(&mut r, &mut staged, records);
+        if let Err(e) = &done {
+            // Splits already routed to leaves whose writes were never logged: the router no
+            // longer matches what is durable (nor may a router image record it).
+            if r.failed.is_none() && !staged.created.is_empty() {
+                r.failed = Some(format!("a batch failed: {e}"));
+            }
+        }
+        done
+    }
+
+    /// [`Self::insert_batch`] under the router lock.
+    fn stage_and_send(
+        &self,
+        r: &mut Router,
+        staged: &mut Staged,
+        records: &[(Key, u64)],
+    ) -> Result<(), Error> {
+        self.split_hot(r, staged)?;
         // Each record's leaf, looked up once: the routes stay valid but for leaves the batch
         // splits (`Staged::split`).
         let routes = records
@@ -753,7 +184,7 @@ impl BPlusTree {
             .map(|(key, _)| Ok(r.leaf_for(*key)?.0))
             .collect::<Result<Vec<Key>, Error>>()?;
         let started = std::time::Instant::now();
-        staged.prefetched = self.prefetch(&r, &routes)?;
+        staged.prefetched = self.prefetch(r, &routes)?;
         self.stats
             .prefetch_us
             .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
@@ -763,7 +194,7 @@ impl BPlusTree {
         let mut in_flight = None;
         for (i, (&(key, value), &route)) in records.iter().zip(&routes).enumerate() {
             let route = (!staged.split.contains(&route)).then_some(route);
-            let (fence, block) = self.prepare(&mut r, key, route, &mut staged)?;
+            let (fence, block) = self.prepare(r, key, route, staged)?;
             staged.push(Change::modify(block, encode_mod(TAG_PUT, key, value)));
             if let Some(l) = r.get_mut(fence) {
                 l.records_max = l.records_max.saturating_add(1);
@@ -775,7 +206,7 @@ impl BPlusTree {
             // must stay one log write.
             let done = i + 1;
             if done % chunk == 0 && done < records.len() {
-                in_flight = Some(self.send(&mut r, &mut staged, in_flight)?);
+                in_flight = Some(self.send(r, staged, in_flight)?);
             }
         }
         // Leaves this batch brought to nearly full are read ahead while it is logged, and
@@ -792,7 +223,7 @@ impl BPlusTree {
         }
         // No split of this batch is left to read the copies: the last part need not update them.
         staged.prefetched.clear();
-        let last = self.send(&mut r, &mut staged, in_flight)?;
+        let last = self.send(r, staged, in_flight)?;
         last.wait().map(drop).inspect_err(|e| {
             r.failed = Some(format!("a batch failed: {e}"));
         })
@@ -860,9 +291,18 @@ impl BPlusTree {
 
     /// Deletes (blind: a missing key is not an error).
     pub fn delete(&self, key: Key) -> Result<(), Error> {
-        let r = lock(&self.router);
+        let mut r = lock(&self.router);
         r.check()?;
-        let (_, leaf) = r.leaf_for(key)?;
+        let (fence, leaf) = r.leaf_for(key)?;
+        if leaf.is_unread() {
+            // Known from a router image only: the modification may go to a leaf alone.
+            let n = self.bosc.query(leaf.block(), |p| {
+                LeafView::checked(leaf.block(), p).map(|v| v.count())
+            })??;
+            if let Some(l) = r.get_mut(fence) {
+                l.set_records_max(n);
+            }
+        }
         self.bosc
             .modify(leaf.block(), &encode_mod(TAG_DELETE, key, 0))?;
         Ok(())
@@ -959,10 +399,11 @@ impl BPlusTree {
             for c in mine {
                 apply_change(&mut p, c);
             }
-            LeafView(&p).records(Key::MIN, hi)
+            LeafView::checked(leaf.block(), &p)?.records(Key::MIN, hi)
         } else {
-            self.bosc
-                .query(leaf.block(), |p| LeafView(p).records(Key::MIN, hi))?
+            self.bosc.query(leaf.block(), |p| {
+                LeafView::checked(leaf.block(), p).map(|v| v.records(Key::MIN, hi))
+            })??
         };
         if recs.len() < self.split_threshold {
             if let Some(l) = r.get_mut(fence) {
@@ -973,12 +414,10 @@ impl BPlusTree {
         }
         let mid = recs.len() / 2;
         let split_key = recs[mid].0;
-        let new_block = r
-            .free
-            .pop()
-            .ok_or_else(|| Error::Index("B+tree is out of blocks".into()))?;
+        let new_block = self.alloc(r, &staged.created)?;
         let payload = leaf_payload(self.bosc.payload_bytes(), split_key, &recs[mid..]);
         staged.split.insert(fence);
+        staged.created.push((split_key, new_block));
         staged.push(Change::write(new_block, payload));
         staged.push(Change::modify(
             leaf.block(),
@@ -1005,9 +444,9 @@ impl BPlusTree {
         r.check()?;
         let (_, leaf) = r.leaf_for(key)?;
         self.bosc.query(leaf.block(), |p| {
-            let v = LeafView(p);
-            v.search(&key).ok().map(|i| v.value(i))
-        })
+            let v = LeafView::checked(leaf.block(), p)?;
+            Ok(v.search(&key).ok().map(|i| v.value(i)))
+        })?
     }
 
     /// Records with keys in `[from, to)`, in key order.
@@ -1025,10 +464,9 @@ impl BPlusTree {
             let next = leaves.peek().map(|(f, _)| f.key());
             let hi = next.map_or(to, |h| h.min(to));
             let lo = from.max(fence);
-            out.extend(
-                self.bosc
-                    .query(leaf.block(), |p| LeafView(p).records(lo, Some(hi)))?,
-            );
+            out.extend(self.bosc.query(leaf.block(), |p| {
+                LeafView::checked(leaf.block(), p).map(|v| v.records(lo, Some(hi)))
+            })??);
         }
         Ok(out)
     }
@@ -1049,16 +487,18 @@ impl BPlusTree {
         for (fence, leaf) in r.leaves.range(..=Fence::from(target)).rev() {
             let fence = fence.key();
             let found = self.bosc.query(leaf.block(), |p| {
-                let v = LeafView(p);
+                let v = LeafView::checked(leaf.block(), p)?;
                 let end = match v.search(&target) {
                     Ok(i) => i + 1,
                     Err(i) => i,
                 };
-                (0..end)
-                    .rev()
-                    .map(|i| (v.key(i), v.value(i)))
-                    .find(|(k, _)| hi.is_none_or(|h| *k < h))
-            })?;
+                Ok::<_, Error>(
+                    (0..end)
+                        .rev()
+                        .map(|i| (v.key(i), v.value(i)))
+                        .find(|(k, _)| hi.is_none_or(|h| *k < h)),
+                )
+            })??;
             if let Some((k, v)) = found {
                 return Ok((k >= floor).then_some((k.timestamp, v)));
             }
@@ -1098,142 +538,5 @@ impl BPlusTree {
             std::mem::size_of::<Fence>() + std::mem::size_of::<Leaf>(),
         );
         r.leaves.len() * entry + r.free.runs.capacity() * std::mem::size_of::<(u64, u64)>()
-    }
-}
-
-/// Packs sorted records into leaves and writes them with [`Bosc::load`] in chunks.
-struct BulkLoader<'a> {
-    bosc: &'a Bosc<LeafApp>,
-    fill: usize,
-    leaf: Vec<(Key, u64)>,
-    last: Option<Key>,
-    leaves: Vec<(Key, Leaf)>,
-    chunk: Vec<u8>,
-    chunk_first: u64,
-}
-
-impl<'a> BulkLoader<'a> {
-    /// Leaves written per [`Bosc::load`] call.
-    const CHUNK_LEAVES: usize = 256;
-
-    fn new(bosc: &'a Bosc<LeafApp>, fill: usize) -> Self {
-        Self {
-            bosc,
-            fill,
-            leaf: Vec::with_capacity(fill),
-            last: None,
-            leaves: Vec::new(),
-            chunk: Vec::new(),
-            chunk_first: 0,
-        }
-    }
-
-    fn push(&mut self, key: Key, value: u64) -> Result<(), Error> {
-        if self.last.is_some_and(|last| key <= last) {
-            return Err(Error::Index(format!(
-                "bulk load keys must strictly increase: {key:?} after {:?}",
-                self.last
-            )));
-        }
-        self.last = Some(key);
-        self.leaf.push((key, value));
-        if self.leaf.len() == self.fill {
-            self.end_leaf()?;
-        }
-        Ok(())
-    }
-
-    fn end_leaf(&mut self) -> Result<(), Error> {
-        let block = self.leaves.len() as u64;
-        if block >= self.bosc.block_count() {
-            return Err(Error::Index("bulk load: B+tree is out of blocks".into()));
-        }
-        // The first leaf's fence is the lowest key, as routing requires.
-        let fence = if block == 0 { Key::MIN } else { self.leaf[0].0 };
-        let payload = leaf_payload(self.bosc.payload_bytes(), fence, &self.leaf);
-        self.chunk.extend_from_slice(&payload);
-        let leaf = Leaf::new(block, self.leaf.len());
-        self.leaves.push((fence, leaf));
-        self.leaf.clear();
-        if self.chunk.len() >= Self::CHUNK_LEAVES * self.bosc.payload_bytes() {
-            self.write_chunk()?;
-        }
-        Ok(())
-    }
-
-    fn write_chunk(&mut self) -> Result<(), Error> {
-        self.bosc.load(self.chunk_first, &self.chunk)?;
-        self.chunk.clear();
-        self.chunk_first = self.leaves.len() as u64;
-        Ok(())
-    }
-
-    fn finish(mut self) -> Result<Vec<(Key, Leaf)>, Error> {
-        if !self.leaf.is_empty() {
-            self.end_leaf()?;
-        }
-        if !self.chunk.is_empty() {
-            self.write_chunk()?;
-        }
-        Ok(self.leaves)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn apply(p: &mut [u8], tag: u8, k: u64, v: u64) {
-        LeafApp.apply(0, p, &encode_mod(tag, Key::new(1, k, 0), v));
-    }
-
-    /// The router's fences sort as the keys do and give them back.
-    #[test]
-    fn fences_keep_key_order() {
-        let parts_u64 = [0, 1, 255, 256, 1 << 32, u64::MAX - 1, u64::MAX];
-        let parts_u32 = [0, 1, 255, 256, u32::MAX];
-        let mut keys = Vec::new();
-        for &v in &parts_u32 {
-            for &l in &parts_u64 {
-                for &t in &parts_u64 {
-                    keys.push(Key::new(v, l, t));
-                }
-            }
-        }
-        for a in &keys {
-            assert_eq!(Fence::from(*a).key(), *a);
-            for b in &keys {
-                assert_eq!(
-                    Fence::from(*a).cmp(&Fence::from(*b)),
-                    a.cmp(b),
-                    "{a:?} {b:?}"
-                );
-            }
-        }
-    }
-
-    #[test]
-    fn leaf_put_delete_keep_below() {
-        let mut p = leaf_payload(488, Key::MIN, &[]);
-        for k in [5, 1, 9, 3, 7] {
-            apply(&mut p, TAG_PUT, k, k * 10);
-        }
-        apply(&mut p, TAG_PUT, 3, 33);
-        apply(&mut p, TAG_DELETE, 9, 0);
-        apply(&mut p, TAG_DELETE, 4, 0);
-        let got: Vec<_> = LeafView(&p)
-            .records(Key::MIN, None)
-            .into_iter()
-            .map(|(k, v)| (k.lba, v))
-            .collect();
-        assert_eq!(got, vec![(1, 10), (3, 33), (5, 50), (7, 70)]);
-        apply(&mut p, TAG_KEEP_BELOW, 5, 0);
-        assert_eq!(LeafView(&p).count(), 2);
-        assert_eq!(p, {
-            let mut q = leaf_payload(488, Key::MIN, &[]);
-            apply(&mut q, TAG_PUT, 1, 10);
-            apply(&mut q, TAG_PUT, 3, 33);
-            q
-        });
     }
 }

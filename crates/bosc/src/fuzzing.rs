@@ -7,6 +7,7 @@ use std::sync::Arc;
 use mariner_disk::{Disk, MemDisk};
 use mariner_log::{Log, LogConfig};
 
+use crate::btree::image::{ImageHeader, RouterImage, IMAGE_BODY_START, IMAGE_SLOTS};
 use crate::btree::{BPlusTree, Key, LeafApp};
 use crate::format::{check_block, seal_block, Checkpoint, DiskId, LoggedMod, BLOCK_HEADER_LEN};
 use crate::{Bosc, BoscConfig, Durability};
@@ -97,4 +98,90 @@ pub fn fuzz_btree(data: &[u8]) {
     let _ = tree.insert_batch(&batch);
     let _ = tree.bosc().commit_all();
     let _ = everything(&tree);
+}
+
+/// The router image's decoders, then an open of a small real tree (a few splits) with the
+/// input as the image: verbatim (mostly refused by its checksums), and as the body of a
+/// header with a valid CRC and the disk's id, so the body's own checks and a lying image
+/// are reached. Open may fall back or refuse; queries and inserts may fail; nothing may panic.
+pub fn fuzz_router_image(data: &[u8]) {
+    let _ = ImageHeader::decode(data);
+    let half = data.len() / 2;
+    let _ = ImageHeader::pick([&data[..half], &data[half..]]);
+    if let Ok(img) = RouterImage::decode(data) {
+        // What decodes encodes back to the same bytes.
+        assert_eq!(img.encode(), data);
+        let _ = img.lease_runs();
+    }
+    const LOG_ID: u128 = 0x1A6E;
+    let cfg = BoscConfig {
+        block_bytes: 512,
+        block_count: 64,
+        background: None,
+        ..BoscConfig::default()
+    };
+    let disk: Arc<dyn Disk> = Arc::new(MemDisk::new(0));
+    let log_disk: Arc<dyn Disk> = Arc::new(MemDisk::new(1 << 20));
+    let log_cfg = LogConfig {
+        segment_bytes: 64 * 1024,
+        t_wait_ns: 0,
+        ..LogConfig::default()
+    };
+    let engine = || {
+        let durability = Durability::OwnLog {
+            devices: vec![Arc::clone(&log_disk)],
+            log: log_cfg.clone(),
+            log_id: LOG_ID,
+            volume: 1,
+        };
+        Bosc::open(
+            Arc::clone(&disk),
+            cfg.clone(),
+            durability,
+            Arc::new(LeafApp),
+        )
+        .map(|b| b.0)
+    };
+    if Bosc::<LeafApp>::format_with_id(disk.as_ref(), &cfg, DiskId(0xD15C)).is_err()
+        || Log::format(&[Arc::clone(&log_disk)], &log_cfg, LOG_ID).is_err()
+    {
+        return;
+    }
+    let Ok(tree) = engine().and_then(|b| BPlusTree::open(b, None)) else {
+        return;
+    };
+    let keys: Vec<(Key, u64)> = (0..40).map(|i| (Key::new(1, i * 7, 0), i)).collect();
+    if tree.insert_batch(&keys).is_err() {
+        return;
+    }
+    drop(tree);
+    let verbatim: Arc<dyn Disk> = Arc::new(MemDisk::new(0));
+    let _ = verbatim.set_len(data.len() as u64);
+    let _ = verbatim.write_at(data, 0);
+    let wrapped: Arc<dyn Disk> = Arc::new(MemDisk::new(0));
+    let h = ImageHeader {
+        generation: 1,
+        disk_id: DiskId(0xD15C),
+        body_offset: IMAGE_BODY_START,
+        body_len: data.len() as u64,
+        body_crc: crc32c::crc32c(data),
+    };
+    let _ = wrapped.set_len(IMAGE_BODY_START + data.len() as u64);
+    let _ = wrapped.write_at(&h.encode(), IMAGE_SLOTS[1]);
+    let _ = wrapped.write_at(data, IMAGE_BODY_START);
+    for image in [verbatim, wrapped] {
+        let Ok(tree) = engine().and_then(|b| BPlusTree::open_with_router(b, None, image)) else {
+            continue;
+        };
+        for (k, _) in &keys {
+            let _ = tree.get(*k);
+            let _ = tree.newest_at_or_before(k.volume, k.lba, 1);
+        }
+        let _ = tree.range(Key::MIN, Key::new(u32::MAX, 0, 0));
+        let more: Vec<(Key, u64)> = (0..40).map(|i| (Key::new(1, i * 7 + 3, 0), i)).collect();
+        let _ = tree.insert_batch(&more);
+        let _ = tree.delete(Key::new(1, 7, 0));
+        let _ = tree.bosc().commit_all();
+        let _ = tree.range(Key::MIN, Key::new(u32::MAX, 0, 0));
+    }
 }

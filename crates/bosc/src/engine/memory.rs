@@ -1,0 +1,249 @@
+//! The queues' memory: what the engine holds between commits ([`State`]: per-group queues,
+//! cached block images, the hot copies kept for the application) and how it is counted
+//! against the budget, and the forced commit that brings it back under the budget.
+//!
+//! Apart from the rest because every other part changes this state, and the budget's
+//! accounting (`State::with_group`, the footprints) must stay exact whoever changes it:
+//! `tests.rs` checks it against a recount.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use super::pending::{alloc_bytes, group_of, Group};
+use super::{lock, BlockApp, Inner};
+use crate::Error;
+
+/// A cached block image.
+pub(super) struct Cached {
+    /// The whole block with every pending modification applied; header not yet sealed.
+    pub(super) image: Vec<u8>,
+    /// The last modification applied to it.
+    pub(super) lsn: u64,
+}
+
+/// A map entry's memory with its share of the map's nodes, for `kv` bytes of key and value:
+/// 1.47 × kv + 4 bytes measured for `BTreeMap<u64, _>` under random inserts and sweeping
+/// removals (nodes about two-thirds full; internal nodes included).
+pub(crate) const fn map_entry_bytes(kv: usize) -> usize {
+    (kv * 3 + 8) / 2
+}
+
+/// A group's memory besides its arena: its entry in `State::groups`, and its entry in
+/// `State::firsts` (filled in ascending order, so its nodes are half full: 20 B measured).
+pub(super) const GROUP_OVERHEAD: usize =
+    map_entry_bytes(std::mem::size_of::<u64>() + std::mem::size_of::<Group>()) + 20;
+/// A cached image's entry in `State::images`.
+pub(super) const IMAGE_OVERHEAD: usize =
+    map_entry_bytes(std::mem::size_of::<u64>() + std::mem::size_of::<Cached>());
+
+impl Group {
+    /// The memory the group holds, as the budget counts it.
+    pub(super) fn footprint(&self) -> usize {
+        if self.is_empty() {
+            0
+        } else {
+            GROUP_OVERHEAD + self.heap_bytes()
+        }
+    }
+}
+
+impl Cached {
+    pub(super) fn footprint(&self) -> usize {
+        IMAGE_OVERHEAD + alloc_bytes(self.image.capacity())
+    }
+}
+
+#[derive(Default)]
+pub(super) struct State {
+    /// Pending modifications by group of blocks ([`group_of`]).
+    pub(super) groups: BTreeMap<u64, Group>,
+    /// Every group's lowest pending sequence number (sequence numbers are unique), for the
+    /// global frontier.
+    pub(super) firsts: BTreeSet<u64>,
+    /// Pending modifications, all groups.
+    pub(super) pending: usize,
+    /// Cached block images, with pending modifications or clean.
+    pub(super) images: BTreeMap<u64, Cached>,
+    /// The cached images without pending modifications, which a forced commit evicts first
+    /// (kept, not found by a walk of every image: under a B+tree's many new leaves that walk
+    /// was 5 % of its writer's CPU).
+    pub(super) clean: BTreeSet<u64>,
+    /// Copies of blocks the commit cycle merged and the application called hot
+    /// ([`BlockApp::hot`]), not yet taken by [`Bosc::take_hot`]; each with the last
+    /// sequence number merged into it.
+    pub(super) hot: BTreeMap<u64, Cached>,
+    /// Their footprint (part of `memory_bytes`).
+    pub(super) hot_bytes: usize,
+    /// Own-log bursts queued but not yet known durable, by first sequence number
+    /// ([`Submitted`]). A commit writes no block in place before every modification merged
+    /// into it is durable ([`State::durable_through`]): the write-ahead rule.
+    pub(super) undurable: BTreeSet<u64>,
+    pub(super) max_seen: u64,
+    pub(super) memory_bytes: usize,
+    pub(super) cursor: u64,
+    pub(super) ckpt_counter: u64,
+    pub(super) durable_ckpt: u64,
+    pub(super) failed: Option<String>,
+    pub(super) shutdown: bool,
+}
+
+impl State {
+    /// Runs `f` on the block's group (created if absent) with the block's offset in it, then
+    /// accounts what it changed: memory, pending count, the group's entry in `firsts`; an
+    /// emptied group is removed.
+    pub(super) fn with_group<R>(&mut self, block: u64, f: impl FnOnce(&mut Group, u32) -> R) -> R {
+        let (key, offset) = group_of(block);
+        let g = self.groups.entry(key).or_default();
+        let (bytes, len, min) = (g.footprint(), g.len(), g.min_seq());
+        let r = f(g, offset);
+        let (bytes_after, len_after, min_after) = (g.footprint(), g.len(), g.min_seq());
+        if g.is_empty() {
+            self.groups.remove(&key);
+        }
+        self.memory_bytes = self.memory_bytes - bytes + bytes_after;
+        self.pending = self.pending - len + len_after;
+        if min != min_after {
+            if let Some(s) = min {
+                self.firsts.remove(&s);
+            }
+            if let Some(s) = min_after {
+                self.firsts.insert(s);
+            }
+        }
+        r
+    }
+
+    pub(super) fn group(&self, block: u64) -> Option<(&Group, u32)> {
+        let (key, offset) = group_of(block);
+        self.groups.get(&key).map(|g| (g, offset))
+    }
+
+    pub(super) fn has_pending(&self, block: u64) -> bool {
+        self.group(block).is_some_and(|(g, o)| g.has(o))
+    }
+
+    pub(super) fn cache_image(&mut self, block: u64, image: Vec<u8>, lsn: u64) {
+        let c = Cached { image, lsn };
+        self.memory_bytes += c.footprint();
+        if let Some(old) = self.images.insert(block, c) {
+            self.memory_bytes -= old.footprint();
+        }
+        self.note_clean(block);
+    }
+
+    /// Keeps `clean` true of `block` after its image or queue changed.
+    pub(super) fn note_clean(&mut self, block: u64) {
+        if self.images.contains_key(&block) && !self.has_pending(block) {
+            self.clean.insert(block);
+        } else {
+            self.clean.remove(&block);
+        }
+    }
+
+    pub(super) fn keep_hot(&mut self, block: u64, image: Vec<u8>, lsn: u64) {
+        self.drop_hot(block);
+        let c = Cached { image, lsn };
+        self.memory_bytes += c.footprint();
+        self.hot_bytes += c.footprint();
+        self.hot.insert(block, c);
+    }
+
+    /// The memory that forced commits keep within the budget: all but the hot copies, which
+    /// commits make (so counting them would make a forced commit feed itself) and the
+    /// application takes at its next call.
+    pub(super) fn queue_bytes(&self) -> usize {
+        self.memory_bytes - self.hot_bytes
+    }
+
+    /// Whether the hot copies may take another: they hold at most a sixteenth of `budget`.
+    pub(super) fn hot_has_room(&self, budget: usize) -> bool {
+        self.hot_bytes < budget / 16
+    }
+
+    pub(super) fn drop_hot(&mut self, block: u64) -> Option<Cached> {
+        let c = self.hot.remove(&block)?;
+        self.memory_bytes -= c.footprint();
+        self.hot_bytes -= c.footprint();
+        Some(c)
+    }
+
+    pub(super) fn evict_image(&mut self, block: u64) {
+        self.clean.remove(&block);
+        if let Some(c) = self.images.remove(&block) {
+            self.memory_bytes -= c.footprint();
+        }
+    }
+
+    /// Exclusive: every sequence number below it is committed. (A modification is queued in
+    /// the same critical section that hands it to the log, so every sequence number taken
+    /// and not committed is in a queue.)
+    pub(super) fn global_frontier(&self) -> u64 {
+        let mut gf = self.max_seen + 1;
+        if let Some(&s) = self.firsts.first() {
+            gf = gf.min(s);
+        }
+        gf
+    }
+
+    /// Every modification at or below it is durable in the log.
+    pub(super) fn durable_through(&self) -> u64 {
+        self.undurable.first().map_or(self.max_seen, |&f| f - 1)
+    }
+
+    /// Inclusive: every modification of `block` at or below it is committed. For a block
+    /// with pending modifications, its group's lowest pending sequence number minus one: a
+    /// lower bound, found without walking the group's entries for the block's first (the
+    /// walk was a seventh of the B+tree writer's CPU). The blocks of a group mostly commit
+    /// together, so it is seldom much lower; recovery then requeues a few committed
+    /// modifications more, which commit skips by the block's LSN.
+    pub(super) fn local_frontier(&self, block: u64) -> u64 {
+        let mut lf = self.max_seen;
+        if let Some(s) = self
+            .group(block)
+            .filter(|(g, o)| g.has(*o))
+            .and_then(|(g, _)| g.min_seq())
+        {
+            lf = lf.min(s - 1);
+        }
+        lf
+    }
+}
+
+impl<A: BlockApp> Inner<A> {
+    /// Forced commit: when the budget is exhausted the caller first drops clean cached images
+    /// and then runs commit cycles itself until the queues fit again. The time spent is
+    /// counted in `forced_wait_ns`.
+    pub(super) fn make_room(&self) -> Result<(), Error> {
+        let budget = self.budget.load(Ordering::Relaxed);
+        if lock(&self.state).queue_bytes() <= budget {
+            return Ok(());
+        }
+        self.evict_clean(budget);
+        let started = Instant::now();
+        let mut forced = false;
+        while lock(&self.state).queue_bytes() > budget {
+            forced = true;
+            // Blocks whose image waits in memory first: each frees a block's worth per block
+            // written, where a block with queued modifications frees a few dozen bytes.
+            if self.commit_images()? == 0 && self.commit_cycle()? == 0 {
+                break;
+            }
+            self.evict_clean(budget);
+        }
+        if forced {
+            self.stats.forced_commits.fetch_add(1, Ordering::Relaxed);
+            let ns = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            self.stats.forced_wait_ns.fetch_add(ns, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    pub(super) fn evict_clean(&self, budget: usize) {
+        let mut st = lock(&self.state);
+        while st.queue_bytes() > budget {
+            let Some(&b) = st.clean.first() else { break };
+            st.evict_image(b);
+        }
+    }
+}

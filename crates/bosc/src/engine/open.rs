@@ -1,0 +1,333 @@
+//! Format and open: preparing a data disk, reading its checkpoint, repairing a torn batch
+//! from the double-write area, and (own-log mode) requeueing the log's records above the
+//! checkpoint (lu-dissertation §3.2.3).
+//!
+//! Apart from the running engine because it runs once, before anything else uses the engine,
+//! and reasons about the disk as a crash left it (see the recovery table in the crate docs).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, RwLock};
+use std::time::Instant;
+
+use mariner_disk::Disk;
+use mariner_log::{HolderSpec, Log, RecordKind, ReplayPlan};
+
+use super::memory::State;
+use super::pending::GROUP_BLOCKS;
+use super::query::block_lsns;
+use super::{
+    geometry, lock, BlockApp, Bosc, BoscConfig, BoscStats, Durability, Inner, NoSink, OpenReport,
+    LOG_HOLDER,
+};
+use crate::format::{
+    check_block, Checkpoint, CheckpointError, DiskId, Geometry, LoggedMod, CKPT_SLOTS,
+};
+use crate::runs::plan_runs;
+use crate::Error;
+
+impl<A: BlockApp> Bosc<A> {
+    /// Prepares a data disk (growing it if needed) under a fresh random [`DiskId`]:
+    /// checkpoint 0, nothing committed. An own log must be formatted separately with
+    /// `Log::format`.
+    pub fn format(disk: &dyn Disk, cfg: &BoscConfig) -> Result<(), Error> {
+        Self::format_with_id(disk, cfg, DiskId::random()?)
+    }
+
+    /// [`Bosc::format`] with a chosen identity (reproducible disks for tests and tools). Both
+    /// checkpoint slots are written valid, so the first checkpoint never overwrites the only
+    /// valid one.
+    pub fn format_with_id(disk: &dyn Disk, cfg: &BoscConfig, disk_id: DiskId) -> Result<(), Error> {
+        let geo = geometry(cfg)?;
+        if disk.len()? < geo.disk_bytes() {
+            disk.set_len(geo.disk_bytes())?;
+        }
+        for (at, image) in Checkpoint::format_slots(geo, disk_id) {
+            let mut slot = [0u8; 4096];
+            slot[..image.len()].copy_from_slice(&image);
+            disk.write_at(&slot, at)?;
+        }
+        disk.sync()?;
+        Ok(())
+    }
+
+    /// Opens a formatted disk and recovers (lu-dissertation §3.2.3): repairs a torn run from
+    /// the double-write area, then (own-log mode) rebuilds the queues from the log records
+    /// above the checkpoint and the youngest record's global frontier, filtered by each
+    /// block's local frontier. Nothing is flushed; the commit cycle writes the queues later.
+    pub fn open(
+        disk: Arc<dyn Disk>,
+        cfg: BoscConfig,
+        durability: Durability,
+        app: Arc<A>,
+    ) -> Result<(Self, OpenReport), Error> {
+        let started = Instant::now();
+        let geo = geometry(&cfg)?;
+        let ck = read_checkpoint(disk.as_ref())?;
+        if ck.geometry != geo {
+            return Err(Error::Config(format!(
+                "disk was formatted as {:?}, configured {geo:?}",
+                ck.geometry
+            )));
+        }
+        let mut report = OpenReport {
+            checkpoint: ck.checkpoint,
+            blocks_repaired: repair_from_double_write(disk.as_ref(), &geo, ck.disk_id)?,
+            ..OpenReport::default()
+        };
+        let mut state = State {
+            max_seen: ck.checkpoint,
+            ckpt_counter: ck.counter,
+            durable_ckpt: ck.checkpoint,
+            ..State::default()
+        };
+        let mut replay = None;
+        let log = match durability {
+            Durability::Caller => None,
+            Durability::OwnLog {
+                devices,
+                log,
+                log_id,
+                volume,
+            } => {
+                let holders = [HolderSpec::must_hold(LOG_HOLDER, ck.checkpoint, 0)];
+                let (log, rec) =
+                    Log::open_streaming(devices, log, log_id, &holders, Arc::new(NoSink))?;
+                state.max_seen = rec.last_seq.max(ck.checkpoint);
+                replay = Some(rec.replay);
+                Some((log, volume))
+            }
+        };
+        let holder = match &log {
+            Some((log, _)) => Some(log.holder(LOG_HOLDER)?),
+            None => None,
+        };
+        let cfg_budget = cfg.memory_budget_bytes;
+        let inner = Arc::new(Inner {
+            app,
+            disk,
+            geo,
+            disk_id: ck.disk_id,
+            cfg,
+            log,
+            holder,
+            state: Mutex::new(state),
+            wake: Condvar::new(),
+            durable: Condvar::new(),
+            commit_lock: Mutex::new(()),
+            budget: AtomicUsize::new(cfg_budget),
+            gate: RwLock::new(()),
+            run_bufs: Mutex::new(Vec::new()),
+            stats: BoscStats::default(),
+        });
+        if let (Some(plan), Some((log, volume))) = (&replay, &inner.log) {
+            let (scanned, requeued, dropped) = inner.requeue(log, plan, *volume)?;
+            report.records_scanned = scanned;
+            report.records_requeued = requeued;
+            report.images_dropped = dropped;
+        }
+        let thread = inner.cfg.background.map(|every| {
+            let inner = Arc::clone(&inner);
+            std::thread::spawn(move || inner.background(every))
+        });
+        report.elapsed = started.elapsed();
+        let bosc = Self {
+            inner,
+            thread: Mutex::new(thread),
+        };
+        Ok((bosc, report))
+    }
+}
+
+pub(super) fn read_checkpoint(disk: &dyn Disk) -> Result<Checkpoint, Error> {
+    let mut slots = [[0u8; crate::format::CKPT_LEN]; 2];
+    for (buf, at) in slots.iter_mut().zip(CKPT_SLOTS) {
+        disk.read_at(buf, at)?;
+    }
+    match Checkpoint::pick([&slots[0], &slots[1]]) {
+        Ok(best) => best.ok_or(Error::NotFormatted),
+        Err(CheckpointError::UnsupportedVersion(v)) => Err(Error::UnsupportedVersion(v)),
+        Err(CheckpointError::Magic | CheckpointError::Checksum) => Err(Error::NotFormatted),
+    }
+}
+
+/// The double-write area holds the last batch of runs, durable before any of it was written in
+/// place, and whatever older batches left in the slots past it (their blocks were synced in
+/// place before the next batch overwrote anything, so those copies are never newer than home).
+/// Per block the copy with the highest LSN counts; a block whose in-place copy is torn or
+/// older than it is restored.
+pub(super) fn repair_from_double_write(
+    disk: &dyn Disk,
+    geo: &Geometry,
+    id: DiskId,
+) -> Result<u64, Error> {
+    let bs = geo.block_bytes as usize;
+    let mut area = vec![0u8; bs * geo.dw_slots() as usize];
+    disk.read_at(&mut area, geo.dw_offset(0))?;
+    let mut newest: BTreeMap<u64, (u64, usize)> = BTreeMap::new();
+    for (i, slot) in area.chunks(bs).enumerate() {
+        let Ok(h) = check_block(slot, id, None) else {
+            continue;
+        };
+        if h.lsn == 0 || h.block >= geo.block_count {
+            continue;
+        }
+        let best = newest.entry(h.block).or_insert((h.lsn, i));
+        if h.lsn > best.0 {
+            *best = (h.lsn, i);
+        }
+    }
+    let mut here = vec![0u8; bs];
+    let mut repaired = 0;
+    for (&block, &(lsn, i)) in &newest {
+        disk.read_at(&mut here, geo.block_offset(block))?;
+        let stale = check_block(&here, id, Some(block)).is_ok_and(|c| c.lsn >= lsn);
+        if !stale {
+            disk.write_at(&area[i * bs..(i + 1) * bs], geo.block_offset(block))?;
+            repaired += 1;
+        }
+    }
+    if repaired > 0 {
+        disk.sync()?;
+    }
+    Ok(repaired)
+}
+
+/// The newest frontiers recovery has read (see [`Inner::requeue`]).
+#[derive(Default)]
+pub(super) struct Frontiers {
+    /// Every sequence number below it is committed.
+    pub(super) global: u64,
+    /// Per block: every modification at or below it is committed.
+    pub(super) local: HashMap<u64, u64>,
+}
+
+impl Frontiers {
+    /// Drops the queued entries the frontiers say are committed.
+    pub(super) fn prune(&self, st: &mut State) {
+        let keys: Vec<u64> = st.groups.keys().copied().collect();
+        for key in keys {
+            let first = key * GROUP_BLOCKS;
+            st.with_group(first, |g, _| {
+                g.rebuild(|e| {
+                    let lf = self.local.get(&(first + u64::from(e.offset))).copied();
+                    (e.seq >= self.global && e.seq > lf.unwrap_or(0)).then_some(e)
+                })
+            });
+        }
+        let images: Vec<u64> = st.images.keys().copied().collect();
+        for block in images {
+            st.note_clean(block);
+        }
+    }
+}
+
+impl<A: BlockApp> Inner<A> {
+    /// Own-log recovery (lu-dissertation §3.2.3), streamed: the log's records above the
+    /// checkpoint arrive in sequence order and are queued as they come. Every record's
+    /// frontiers are facts about the data disk when it was logged — everything below its
+    /// global frontier, and everything of its block at or below its local frontier, was
+    /// committed — so the newest of them (the youngest record's, in the seed) say which queued
+    /// entries are committed already; those are dropped whenever the queues outgrow the budget,
+    /// and once at the end. The queues thereby never hold much more than they did before the
+    /// crash, where a list of the whole window (a million records) would not fit. What is
+    /// left is the seed's replay window filtered by local frontiers; an entry that was
+    /// committed after its block's youngest record was logged is requeued and skipped at
+    /// commit by the block's LSN. Whole-block writes the disk has already are dropped as well
+    /// ([`Self::settle_images`]), whenever the frontiers leave the queues over the budget and
+    /// once at the end. Returns (records scanned, entries requeued, images dropped).
+    pub(super) fn requeue(
+        &self,
+        log: &Log,
+        plan: &ReplayPlan,
+        volume: u32,
+    ) -> Result<(u64, u64, u64), Error> {
+        let mut st = lock(&self.state);
+        let mut frontiers = Frontiers::default();
+        let budget = self.budget.load(Ordering::Relaxed);
+        let mut prune_above = budget;
+        let (mut scanned, mut dropped, mut lsns) = (0, 0, HashMap::new());
+        log.replay(plan, |f, payload| {
+            let (seq, block) = (f.header.seq, f.header.offset);
+            if f.header.kind != RecordKind::Write || f.header.volume != volume {
+                return Ok(());
+            }
+            scanned += 1;
+            let m = LoggedMod::decode(payload).ok_or(Error::BadRecord(seq))?;
+            if block >= self.geo.block_count {
+                return Err(Error::BadRecord(seq));
+            }
+            // A record's own frontiers lie below its sequence number, and so do those of every
+            // record before it: it is queued, and the frontiers prune older entries later.
+            frontiers.global = frontiers.global.max(m.global_frontier);
+            let lf = frontiers.local.entry(block).or_insert(0);
+            *lf = (*lf).max(m.local_frontier);
+            self.enqueue(&mut st, block, seq, m.op, m.bytes);
+            if st.memory_bytes > prune_above {
+                frontiers.prune(&mut st);
+                if st.memory_bytes > budget {
+                    dropped += self.settle_images(&mut st, &mut lsns)?;
+                }
+                prune_above = st.memory_bytes.max(budget) + budget / 4;
+            }
+            Ok(())
+        })?;
+        frontiers.prune(&mut st);
+        dropped += self.settle_images(&mut st, &mut lsns)?;
+        Ok((scanned, st.pending as u64, dropped))
+    }
+
+    /// After a requeue: a whole-block write in the replay window (a B+tree's new leaf) is
+    /// cached as an image, a block of memory, and the disk may have it already — the window
+    /// reaches back to the oldest pending modification, and a local frontier drops an entry
+    /// only if a later record of its block was logged after its commit. Under a B+tree
+    /// splitting thousands of leaves a second, such images held 55 MB after a reopen where
+    /// the queues had held 15 MB. So the blocks with images are read, in block order and in
+    /// runs (new leaves bunch), and what the disk already has is dropped: entries at or below
+    /// the block's LSN, and the image once nothing is pending. Returns the images dropped.
+    /// Runs during recovery (nothing else uses the engine yet), under the state lock. The
+    /// disk does not change meanwhile, so `lsns` keeps each block's LSN once read: a later
+    /// call reads only blocks it has not seen.
+    pub(super) fn settle_images(
+        &self,
+        st: &mut State,
+        lsns: &mut HashMap<u64, u64>,
+    ) -> Result<u64, Error> {
+        // Reads of up to 256 blocks, more than a tenth of them wanted (new leaves bunch).
+        const MAX_READ: u64 = 256;
+        let blocks: Vec<u64> = st
+            .images
+            .keys()
+            .copied()
+            .filter(|&b| st.has_pending(b))
+            .collect();
+        let unread: Vec<u64> = blocks
+            .iter()
+            .copied()
+            .filter(|b| !lsns.contains_key(b))
+            .collect();
+        let bs = self.geo.block_bytes as usize;
+        let mut buf = Vec::new();
+        for run in plan_runs(&unread, MAX_READ, 0.1) {
+            buf.resize(run.len as usize * bs, 0);
+            self.disk
+                .read_at(&mut buf, self.geo.block_offset(run.start))?;
+            let read = block_lsns(&buf, self.disk_id, bs, run.start)?;
+            lsns.extend((run.start..).zip(read));
+        }
+        let mut dropped = 0;
+        for b in blocks {
+            let lsn = lsns.get(&b).copied().unwrap_or(0);
+            st.with_group(b, |g, offset| {
+                g.rebuild(|e| (e.offset != offset || e.seq > lsn).then_some(e))
+            });
+            if st.has_pending(b) {
+                st.note_clean(b);
+            } else {
+                st.evict_image(b);
+                dropped += 1;
+            }
+        }
+        Ok(dropped)
+    }
+}
