@@ -135,7 +135,17 @@ impl BPlusTree {
             }
         }
         r.leaves = scanned.into_iter().map(|s| (s.fence, s.leaf)).collect();
-        for (fence, block, hi) in torn {
+        self.finish_splits(&mut r, &torn)
+    }
+
+    /// Finishes splits a crash left half done, each `(fence, block, hi)`: the leaf at `block`
+    /// (routed by `fence`) keeps only what lies below the new leaf's fence `hi`.
+    pub(super) fn finish_splits(
+        &self,
+        r: &mut Router,
+        torn: &[(Key, u64, Key)],
+    ) -> Result<(), Error> {
+        for &(fence, block, hi) in torn {
             self.bosc
                 .modify(block, &encode_mod(TAG_KEEP_BELOW, hi, 0))?;
             let n = self.bosc.query(block, |p| LeafView(p).count())?;

@@ -15,7 +15,7 @@ use mariner_disk::Disk;
 use super::image::{
     ImageError, ImageHeader, RouterImage, IMAGE_BODY_START, IMAGE_HEADER_LEN, IMAGE_SLOTS,
 };
-use super::leaf::{encode_mod, Key, LeafApp, LeafView, TAG_KEEP_BELOW};
+use super::leaf::{Key, LeafApp, LeafView};
 use super::router::{Fence, FreeBlocks, Leaf, Router};
 use super::{lock, BPlusTree};
 use crate::{Bosc, Error};
@@ -349,20 +349,10 @@ impl BPlusTree {
         self.write_image(&mut r, &[])
     }
 
-    /// Finishes the splits [`torn_splits`] found torn: the old leaf keeps only what lies
-    /// below the new leaf's fence, as [`BPlusTree::open`]'s repair does.
+    /// Finishes the splits [`torn_splits`] found torn, as [`BPlusTree::open`]'s repair does.
     fn repair_torn(&self, torn: &[(Key, u64, Key)]) -> Result<(), Error> {
         let mut r = lock(&self.router);
-        for &(fence, block, hi) in torn {
-            self.bosc
-                .modify(block, &encode_mod(TAG_KEEP_BELOW, hi, 0))?;
-            let n = self.bosc.query(block, |p| LeafView(p).count())?;
-            if let Some(l) = r.get_mut(fence) {
-                l.set_records_max(n);
-            }
-            self.stats.leaves_repaired.fetch_add(1, Ordering::Relaxed);
-        }
-        Ok(())
+        self.finish_splits(&mut r, torn)
     }
 
     /// Takes a free block for a new leaf. Under a router image, only inside the newest
