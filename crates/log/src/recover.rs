@@ -257,11 +257,27 @@ impl DeviceScan {
     /// a hole (highest sequence number 0, freed as soon as it is the oldest); counted as free
     /// instead, it let the writer switch into the run's oldest segment and overwrite records
     /// not yet applied (found by crates/faultsim, seed 6792).
+    ///
+    /// The run starts at the in-use segment farthest back from the newest one around the
+    /// ring, not at the oldest generation: the two differ when such a hole shows older data
+    /// that a holder still counts as needed. That happens once the log has cut a holder (it
+    /// let go of segments above the watermark the holder persisted): starting at the hole's
+    /// old generation, the walk reached the newest segment before a segment of the run and
+    /// left it out, and the writer overwrote records the store had not applied (faultsim seed
+    /// 217790: history at 271, store at 292, a hole showing generation 20 between
+    /// generations 22 and 24).
     fn resume(&mut self, sb: &Superblock) -> (DeviceStart, VecDeque<(u64, u64)>) {
         self.in_use.sort_unstable();
         let mut in_use = VecDeque::new();
-        if let (Some(&(_, oldest, _)), Some((_, newest))) = (self.in_use.first(), self.newest) {
+        if let Some((_, newest)) = self.newest.filter(|_| !self.in_use.is_empty()) {
             let count = sb.segment_count.max(1);
+            let back = |s: u64| (newest + count - s % count) % count;
+            let oldest = self
+                .in_use
+                .iter()
+                .map(|&(_, s, _)| s)
+                .max_by_key(|&s| back(s))
+                .unwrap_or(newest);
             let mut segment = oldest;
             loop {
                 let max_seq = self
@@ -440,6 +456,21 @@ mod tests {
         let (start, in_use) = scan.resume(&sb);
         assert_eq!(Vec::from(in_use), vec![(1, 8), (2, 12)]);
         assert_eq!((start.segment, start.free_segments), (2, 2));
+    }
+
+    /// A hole showing an older generation's records that a holder still counts as needed
+    /// (it was cut past them): the run still starts at the farthest-back segment around the
+    /// ring, so the segment between the hole and the newest stays in use (faultsim seed
+    /// 217790).
+    #[test]
+    fn a_hole_of_an_older_generation_does_not_cut_the_run_short() {
+        let mut scan = DeviceScan::new(marks(271, 292), true);
+        scan.segment(&summary(0, Some(24), 341, Stop::End));
+        scan.segment(&summary(1, Some(22), 325, Stop::End));
+        scan.segment(&summary(2, Some(20), 292, Stop::End));
+        let (start, in_use) = scan.resume(&superblock(3));
+        assert_eq!(Vec::from(in_use), vec![(1, 325), (2, 292), (0, 341)]);
+        assert_eq!((start.segment, start.free_segments), (0, 0));
     }
 
     fn summary(segment: u64, generation: Option<u64>, max_seq: u64, stop: Stop) -> SegmentSummary {
