@@ -81,10 +81,24 @@ impl Progress {
                 b.len()
             ));
         }
+        // One encoding per watermark: reserved bytes zero, volumes strictly ascending.
+        if b[10..12] != [0, 0] || (version == 1 && u32_at(32) != 0) {
+            return Err("progress file has nonzero reserved bytes".into());
+        }
         let mut volume_seqs = BTreeMap::new();
         for i in 0..count {
             let at = HEAD_LEN + i * ENTRY_LEN;
-            volume_seqs.insert(u32_at(at), u64_at(at + 8));
+            let volume = u32_at(at);
+            if u32_at(at + 4) != 0 {
+                return Err("progress file has nonzero reserved bytes".into());
+            }
+            if volume_seqs
+                .last_key_value()
+                .is_some_and(|(&v, _)| v >= volume)
+            {
+                return Err("progress file lists its volumes out of order".into());
+            }
+            volume_seqs.insert(volume, u64_at(at + 8));
         }
         Ok(Self {
             applied_seq: u64_at(16),
