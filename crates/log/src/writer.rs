@@ -24,7 +24,7 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::mpsc::{Receiver, Sender};
+use std::sync::mpsc::Sender;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -33,11 +33,16 @@ use mariner_placement::{Action, LinearModel, Nanos, Policy, PolicyError, Write};
 use tokio::sync::oneshot;
 
 use crate::clock::Clock;
+
+mod device;
+
 use crate::dispatch::Dispatch;
 use crate::format::{LogAddr, RecordHeader, RecordKind, RECORD_HEADER_LEN};
 use crate::holders::{Hold, HolderStats};
 use crate::stats::LogStats;
-use crate::{Appended, Durable, DurableSink, Entry, LogError};
+use crate::{Appended, DurableSink, Entry, LogError};
+use device::{device_loop, AckOrder};
+pub(crate) use device::{finish_job, write_job, DeviceCtx};
 
 pub(crate) type Reply = oneshot::Sender<Result<Appended, LogError>>;
 
@@ -146,67 +151,6 @@ pub(crate) struct DevJob {
 pub(crate) enum Jobs {
     Threads(Vec<Sender<DevJob>>),
     Queued(Vec<DevJob>),
-}
-
-/// Acknowledgement order of one device whose batches may be written in parallel
-/// (`device_depth` > 1): a batch is acknowledged only once every batch placed before it on
-/// the device is durable too. Recovery reads a segment up to its first damaged record, so a
-/// durable batch behind one that never became durable is lost; in order, it was never
-/// acknowledged.
-#[derive(Default)]
-struct AckOrder {
-    next: u64,
-    /// Durable batches waiting for an earlier one, by ticket.
-    waiting: std::collections::BTreeMap<u64, Vec<Pending>>,
-    /// A write failed: nothing of this device is acknowledged any more.
-    failed: bool,
-}
-
-/// What a device thread needs to acknowledge its batches itself, saving a thread hop on the
-/// path of every write.
-pub(crate) struct DeviceCtx {
-    dev: usize,
-    clock: Arc<dyn Clock>,
-    disk: Arc<dyn Disk>,
-    sync_each_write: bool,
-    sink: Arc<dyn DurableSink>,
-    stats: Arc<LogStats>,
-    acks: Mutex<AckOrder>,
-}
-
-impl DeviceCtx {
-    /// A write that reaches the device but is neither synced nor completed (simulation).
-    pub(crate) fn write_unsynced(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
-        self.disk.write_at(buf, offset)
-    }
-
-    /// Batch `ticket` finished writing. Acknowledges it and every batch it held back, in
-    /// order; returns the batches to fail instead (this one failed, or an earlier one did).
-    fn finish(&self, ticket: u64, ok: bool, batch: Vec<Pending>) -> Vec<Pending> {
-        let Ok(mut order) = self.acks.lock() else {
-            return batch;
-        };
-        if !ok || order.failed {
-            order.failed = true;
-            let mut failed = batch;
-            for (_, b) in std::mem::take(&mut order.waiting) {
-                failed.extend(b);
-            }
-            return failed;
-        }
-        order.waiting.insert(ticket, batch);
-        // Acknowledging under the lock keeps the device's acknowledgements in order when
-        // several of its threads finish at once.
-        loop {
-            let next = order.next;
-            let Some(b) = order.waiting.remove(&next) else {
-                break;
-            };
-            order.next += 1;
-            acknowledge(self, b);
-        }
-        Vec::new()
-    }
 }
 
 pub(crate) struct Writer {
@@ -406,111 +350,6 @@ fn timer_loop(shared: &Shared) {
             Err(_) => return,
         };
         w.timer_sleeps_until = None;
-    }
-}
-
-fn device_loop(ctx: &DeviceCtx, jobs: &Mutex<Receiver<DevJob>>, shared: &Shared) {
-    loop {
-        // The queue's lock is held while waiting: the device's other threads queue behind it.
-        let job = match jobs.lock().map(|rx| rx.recv()) {
-            Ok(Ok(job)) => job,
-            _ => return,
-        };
-        let start = Instant::now();
-        let result = write_job(ctx, &job);
-        ctx.stats
-            .device_write_us
-            .record(start.elapsed().as_micros() as u64);
-        if !finish_job(ctx, shared, job, result) {
-            return;
-        }
-    }
-}
-
-/// Writes a batch and makes it durable.
-pub(crate) fn write_job(ctx: &DeviceCtx, job: &DevJob) -> std::io::Result<()> {
-    ctx.disk.write_at(&job.buf, job.offset)?;
-    if ctx.sync_each_write {
-        ctx.disk.sync()?;
-    }
-    Ok(())
-}
-
-/// A batch's write finished with `result`: acknowledges what is durable in order, tells the
-/// policy. Returns false once the dispatcher is gone.
-pub(crate) fn finish_job(
-    ctx: &DeviceCtx,
-    shared: &Shared,
-    job: DevJob,
-    result: std::io::Result<()>,
-) -> bool {
-    if let Err(e) = result {
-        let failed = ctx.finish(job.ticket, false, job.batch);
-        return tell_policy(shared, ctx.dev, Some(job.buf), Err(e), failed);
-    }
-    // The device is free: the policy places the next batch first, and the device's spare
-    // thread writes it while this one wakes the consumers and waiters (that took about a
-    // sixth of every batch's turn on the device when the next batch waited for it).
-    if !tell_policy(shared, ctx.dev, Some(job.buf), Ok(()), Vec::new()) {
-        return false;
-    }
-    let failed = ctx.finish(job.ticket, true, job.batch);
-    if failed.is_empty() {
-        return true;
-    }
-    // An earlier write of the device failed: the log has failed already.
-    let why = std::io::Error::other("an earlier write of the device failed");
-    tell_policy(shared, ctx.dev, None, Err(why), failed)
-}
-
-/// Tells the policy that device `dev` finished a write with `result` (failing the batches
-/// `failed`), keeps the batch's buffer for a later batch and executes what the policy decides.
-/// Returns false once the dispatcher is gone.
-fn tell_policy(
-    shared: &Shared,
-    dev: usize,
-    buf: Option<AlignedBuf>,
-    result: std::io::Result<()>,
-    failed: Vec<Pending>,
-) -> bool {
-    let Some(mut w) = shared.lock() else {
-        return false;
-    };
-    if let Some(buf) = buf {
-        w.recycle(buf);
-    }
-    let actions = w.done(dev, result, failed);
-    shared.execute(&mut w, actions);
-    true
-}
-
-/// The batch is durable: consumers first (so reads see it), then each waiter.
-fn acknowledge(ctx: &DeviceCtx, batch: Vec<Pending>) {
-    let durable: Vec<Durable> = batch
-        .iter()
-        .map(|p| Durable {
-            header: p.header,
-            addr: p.addr,
-            payload: p.entry.payload.clone(),
-        })
-        .collect();
-    ctx.sink.durable(&durable);
-    for p in batch {
-        ctx.stats.durable_seq.fetch_max(p.header.seq, Relaxed);
-        ctx.stats.records.fetch_add(1, Relaxed);
-        ctx.stats.ack_latency_us.record(
-            ctx.clock
-                .now()
-                .saturating_duration_since(p.arrived)
-                .as_micros() as u64,
-        );
-        let appended = Appended {
-            seq: p.header.seq,
-            timestamp_ns: p.header.timestamp_ns,
-            addr: p.addr,
-            volume_seq: p.header.volume_seq,
-        };
-        let _ = p.reply.send(Ok(appended));
     }
 }
 
