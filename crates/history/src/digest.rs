@@ -1,0 +1,1 @@
+//! TL digests (being written: see the history issue's M2).
