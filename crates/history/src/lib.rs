@@ -18,7 +18,10 @@
 
 pub mod digest;
 mod error;
+pub mod files;
+pub mod index;
 pub mod pieces;
+pub mod state;
 
 pub use error::HistoryError;
 

@@ -22,6 +22,7 @@ pub mod stats;
 
 mod dispatch;
 mod error;
+mod read;
 mod recover;
 mod replay;
 mod simulated;
@@ -568,122 +569,6 @@ impl Log {
         }
     }
 
-    /// The device `addr` lies on, with its index; `Gone` for a device the log does not have.
-    fn device_of(&self, addr: LogAddr) -> Result<(usize, &Arc<dyn Disk>), LogError> {
-        let dev = addr.dev();
-        let disk = self
-            .inner
-            .devices
-            .get(dev)
-            .ok_or(LogError::Gone { addr: addr.0 })?;
-        Ok((dev, disk))
-    }
-
-    /// Reads back the record at `addr` and verifies it; `Gone` when the space was reused.
-    pub fn read(
-        &self,
-        addr: LogAddr,
-        expect_seq: u64,
-    ) -> Result<(RecordHeader, Vec<u8>), LogError> {
-        let read =
-            |disk: &dyn Disk, out: &mut [u8], at: u64| read_unaligned(disk, out, at).map(|()| true);
-        let record = self.read_with(addr, expect_seq, read)?;
-        record.ok_or(LogError::Gone { addr: addr.0 })
-    }
-
-    /// [`Log::read`] if the record's bytes are in memory (the page cache of a buffered log
-    /// device: [`Disk::read_cached`]); `Ok(None)` when reading it would wait for the device.
-    /// Lets an async front end answer a read of a write not yet applied on its own thread.
-    pub fn read_cached(
-        &self,
-        addr: LogAddr,
-        expect_seq: u64,
-    ) -> Result<Option<(RecordHeader, Vec<u8>)>, LogError> {
-        let read = |disk: &dyn Disk, out: &mut [u8], at: u64| disk.read_cached(out, at);
-        self.read_with(addr, expect_seq, read)
-    }
-
-    /// The record at `addr`, verified, read with `read` (which may decline: `Ok(None)`).
-    fn read_with(
-        &self,
-        addr: LogAddr,
-        expect_seq: u64,
-        read: impl Fn(&dyn Disk, &mut [u8], u64) -> std::io::Result<bool>,
-    ) -> Result<Option<(RecordHeader, Vec<u8>)>, LogError> {
-        let (dev, disk) = self.device_of(addr)?;
-        let io = |source| LogError::Io { dev, source };
-        let mut hb = [0u8; RECORD_HEADER_LEN];
-        if !read(disk.as_ref(), &mut hb, addr.offset()).map_err(io)? {
-            return Ok(None);
-        }
-        let corrupt = |source| LogError::Corrupt {
-            addr: addr.0,
-            source,
-        };
-        let header = RecordHeader::decode(&hb, self.inner.sb.log_id, None).map_err(corrupt)?;
-        if header.seq != expect_seq {
-            return Err(LogError::Gone { addr: addr.0 });
-        }
-        let mut payload = vec![0u8; header.payload_len as usize];
-        let at = addr.offset() + RECORD_HEADER_LEN as u64;
-        if !read(disk.as_ref(), &mut payload, at).map_err(io)? {
-            return Ok(None);
-        }
-        header.verify_payload(&payload).map_err(corrupt)?;
-        Ok(Some((header, payload)))
-    }
-
-    /// Reads back records that follow each other on one device with one read, verifying
-    /// each as [`Log::read`] does: the first at `addr`, each next one where the previous
-    /// one's span ends, `seqs` their expected sequence numbers. `len` is the number of bytes
-    /// from `addr` to the end of the last record's payload (its reader knows the headers).
-    /// The bytes land in `buf` (resized to `len`; pass the same one again to reuse it), and
-    /// each record comes back with the range of its payload in `buf`. `Gone` when a
-    /// record's space was reused.
-    ///
-    /// The store's applier reads most records back (it does not keep their payloads in
-    /// memory): one read for a run of records instead of two reads and an allocation each.
-    pub fn read_following(
-        &self,
-        addr: LogAddr,
-        seqs: &[u64],
-        len: u64,
-        buf: &mut Vec<u8>,
-    ) -> Result<Vec<(RecordHeader, std::ops::Range<usize>)>, LogError> {
-        let (dev, disk) = self.device_of(addr)?;
-        let io = |source| LogError::Io { dev, source };
-        let max = self.max_read_following();
-        let len = usize::try_from(len)
-            .ok()
-            .filter(|&l| l as u64 <= max)
-            .ok_or(LogError::TooLarge { bytes: len, max })?;
-        buf.resize(len, 0);
-        read_unaligned(disk.as_ref(), buf, addr.offset()).map_err(io)?;
-        let mut out = Vec::with_capacity(seqs.len());
-        let mut at = 0usize;
-        for &seq in seqs {
-            let here = LogAddr::new(dev as u8, addr.offset() + at as u64);
-            let corrupt = |source| LogError::Corrupt {
-                addr: here.0,
-                source,
-            };
-            let hb = buf.get(at..).unwrap_or_default();
-            let header = RecordHeader::decode(hb, self.inner.sb.log_id, None).map_err(corrupt)?;
-            if header.seq != seq {
-                return Err(LogError::Gone { addr: here.0 });
-            }
-            let body = at + RECORD_HEADER_LEN;
-            let payload = body..body + header.payload_len as usize;
-            let bytes = buf
-                .get(payload.clone())
-                .ok_or_else(|| corrupt(FormatError::Truncated))?;
-            header.verify_payload(bytes).map_err(corrupt)?;
-            out.push((header, payload));
-            at += header.span as usize;
-        }
-        Ok(out)
-    }
-
     pub fn stats(&self) -> &LogStats {
         &self.inner.stats
     }
@@ -695,13 +580,6 @@ impl Log {
     /// The largest write payload one record can hold.
     pub fn max_payload(&self) -> u32 {
         self.inner.max_payload
-    }
-
-    /// The most bytes one [`Log::read_following`] reads: a segment, or one largest record
-    /// if that is more. A run of records read back together must fit in it.
-    pub fn max_read_following(&self) -> u64 {
-        let max = u64::from(self.inner.max_payload) + RECORD_HEADER_LEN as u64;
-        self.inner.sb.segment_bytes.max(max)
     }
 
     /// Why the log failed, if it did.
@@ -730,19 +608,4 @@ impl Log {
             let _ = h.join();
         }
     }
-}
-
-/// Reads through a bounce buffer when the device needs aligned I/O.
-fn read_unaligned(disk: &dyn Disk, out: &mut [u8], offset: u64) -> std::io::Result<()> {
-    let align = disk.alignment() as u64;
-    if align <= 1 {
-        return disk.read_at(out, offset);
-    }
-    let start = offset / align * align;
-    let end = (offset + out.len() as u64).div_ceil(align) * align;
-    let mut buf = AlignedBuf::new((end - start) as usize, align as usize)?;
-    disk.read_at(&mut buf, start)?;
-    let skip = (offset - start) as usize;
-    out.copy_from_slice(&buf[skip..skip + out.len()]);
-    Ok(())
 }

@@ -92,6 +92,7 @@ pub(crate) fn recover(
     };
     let mut seqs = Vec::new();
     rec.replay.after_seq = after_seq;
+    rec.replay.kept_after = marks.keep_after;
     for (mut scan, sb) in scans.into_iter().zip(sbs) {
         let (start, in_use) = scan.resume(sb);
         // Replay reads the segments holding records above the watermark, not the holes.
@@ -102,6 +103,7 @@ pub(crate) fn recover(
                 .map(|&(segment, _)| segment)
                 .collect(),
         );
+        rec.replay.in_use.push(in_use.iter().copied().collect());
         resume.starts.push(start);
         resume.in_use.push(in_use);
         seqs.append(&mut scan.above_seqs);

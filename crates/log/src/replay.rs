@@ -24,14 +24,47 @@ use crate::LogError;
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ReplayPlan {
     pub(crate) after_seq: u64,
-    /// Per device, its in-use segments, oldest generation first.
+    /// Per device, its in-use segments holding records above `after_seq`, oldest
+    /// generation first.
     pub(crate) segments: Vec<Vec<u64>>,
+    /// Per device, every in-use segment with its highest sequence number (or the bound that
+    /// stands in for it), oldest generation first: what [`Self::after`] picks from.
+    pub(crate) in_use: Vec<Vec<(u64, u64)>>,
+    /// The lowest holder's watermark: records at or below it may be gone.
+    pub(crate) kept_after: u64,
 }
 
 impl ReplayPlan {
     /// Per device, the segments the replay will read, in the order it reads them.
     pub fn segments(&self) -> &[Vec<u64>] {
         &self.segments
+    }
+
+    /// The records above it are replayed.
+    pub fn after_seq(&self) -> u64 {
+        self.after_seq
+    }
+
+    /// The plan for a holder whose watermark is `seq`, lower than the replay watermark (a
+    /// shrinkable or bounded holder: history, a replica): the records above `seq`, which
+    /// recovery did not read whole unless the replay needed them. `None` when `seq` is below
+    /// what the log kept (the lowest watermark it was opened with): those records may be gone.
+    pub fn after(&self, seq: u64) -> Option<ReplayPlan> {
+        (seq >= self.kept_after).then(|| ReplayPlan {
+            after_seq: seq,
+            segments: self
+                .in_use
+                .iter()
+                .map(|d| {
+                    d.iter()
+                        .filter(|&&(_, max_seq)| max_seq > seq)
+                        .map(|&(segment, _)| segment)
+                        .collect()
+                })
+                .collect(),
+            in_use: self.in_use.clone(),
+            kept_after: self.kept_after,
+        })
     }
 }
 
