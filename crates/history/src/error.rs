@@ -19,4 +19,16 @@ pub enum HistoryError {
     Index(#[from] mariner_bosc::Error),
     #[error("{0}")]
     Config(String),
+    #[error("volume {volume}: {asked} is outside the history window ({window})")]
+    Expired {
+        volume: u32,
+        asked: String,
+        window: String,
+    },
+    #[error("volume {0}: its history was lost when the log filled faster than it could be kept, and is not readable until it is seeded again")]
+    Broken(u32),
+    #[error("volume {0} has no history")]
+    UnknownVolume(u32),
+    #[error("bytes {offset}+{len} are not whole 512-byte sectors of the volume, or lie past its end ({size} bytes)")]
+    BadRange { offset: u64, len: u64, size: u64 },
 }

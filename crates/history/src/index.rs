@@ -141,6 +141,9 @@ impl LtIndex {
         let log = files
             .open(LOG, FileUse::Sequential)
             .map_err(io(files, LOG))?;
+        log.set_len(cfg.log_bytes).map_err(io(files, LOG))?;
+        // Zero-filled, so a sync of a log write does not also commit the file system's
+        // journal for a newly allocated extent.
         mariner_disk::write_zeros(log.as_ref(), 0, cfg.log_bytes).map_err(io(files, LOG))?;
         log.sync().map_err(io(files, LOG))?;
         Log::format(&[log], &cfg.log(), LOG_ID)?;

@@ -17,13 +17,21 @@
 //! fills before the window ends, history shrinks from its old end, never silently.
 
 pub mod digest;
+mod digest_stub;
+mod engine;
 mod error;
 pub mod files;
 pub mod index;
 pub mod pieces;
+mod read;
+mod retention;
 pub mod state;
+mod tail;
 
+pub use engine::{History, HistoryConfig, HistoryStats, HOLDER};
 pub use error::HistoryError;
+pub use index::IndexConfig;
+pub use read::{At, Point, Window};
 
 /// What history keeps of one durable record: everything but its payload, which stays in the
 /// log at `addr` until the record leaves the window.

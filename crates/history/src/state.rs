@@ -52,7 +52,10 @@ mod v {
 
 /// Flag: the volume was deleted; its history stays until it leaves the window.
 pub const FLAG_DELETED: u32 = 1;
-const KNOWN_FLAGS: u32 = FLAG_DELETED;
+/// Flag: the log let go of records the base image did not have yet: the volume's history
+/// cannot be read until it is seeded again.
+pub const FLAG_BROKEN: u32 = 2;
+const KNOWN_FLAGS: u32 = FLAG_DELETED | FLAG_BROKEN;
 
 /// One volume's history.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

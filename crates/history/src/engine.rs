@@ -1,0 +1,693 @@
+//! The history engine: takes durable records off the log's sink, indexes them in batches
+//! behind the write path, keeps the state and the log holder, and rolls the base images
+//! forward as records leave the window (`retention`).
+//!
+//! Order of what it writes, and why a crash loses nothing (docs/ARCHITECTURE.md "History"):
+//! 1. a batch's digests are appended and synced, then its index entries are inserted (durable
+//!    in the index's own log when `insert` returns), then the records leave the tail;
+//! 2. the state (indexed sequence number, piece levels) is saved after both, now and then;
+//! 3. the log holder is released only up to what the saved state covers and the base images
+//!    hold: at open, the records above the saved indexed sequence number are still in the
+//!    log and are indexed again (digests skip what they have; index inserts are idempotent).
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError, RwLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use mariner_disk::Disk;
+use mariner_log::clock::{Clock, SystemClock};
+use mariner_log::{Durable, DurableSink, HoldKind, Holder, HolderSpec, Log, RecordKind, Recovery};
+
+use crate::digest_stub::Digests;
+use crate::files::{FileUse, Files};
+use crate::index::{IndexConfig, LtIndex};
+use crate::state::{State, VolumeState, FLAG_BROKEN, FLAG_DELETED};
+use crate::tail::Tail;
+use crate::{DigestEntry, HistoryError};
+
+/// The name history holds log space under.
+pub const HOLDER: &str = "history";
+const STATE: &str = "state";
+
+/// Tunables.
+#[derive(Debug, Clone)]
+pub struct HistoryConfig {
+    /// The protection window: every write this recent stays readable.
+    pub window: Duration,
+    pub index: IndexConfig,
+    /// Most records indexed in one batch.
+    pub batch_records: usize,
+    /// Records wait at most about this long before they are indexed.
+    pub batch_interval: Duration,
+    /// The state is saved at most this often (the holder is released behind it).
+    pub state_interval: Duration,
+    /// `Some`: an indexer thread runs; `None`: only [`History::step`] indexes (tests).
+    pub background: bool,
+    /// Writers never wait for history (`Shrinkable`, the default), or wait for it
+    /// (`MustHold`: the `throttle` policy, once the window is down to its floor).
+    pub kind: HoldKind,
+}
+
+impl Default for HistoryConfig {
+    fn default() -> Self {
+        Self {
+            window: Duration::from_secs(7 * 24 * 3600),
+            index: IndexConfig::default(),
+            batch_records: 4096,
+            batch_interval: Duration::from_millis(50),
+            state_interval: Duration::from_secs(1),
+            background: true,
+            kind: HoldKind::Shrinkable,
+        }
+    }
+}
+
+/// Counters, all monotonic but `tail_records`.
+#[derive(Debug, Default)]
+pub struct HistoryStats {
+    pub records_indexed: AtomicU64,
+    pub keys_inserted: AtomicU64,
+    pub batches: AtomicU64,
+    pub indexed_seq: AtomicU64,
+    pub saved_seq: AtomicU64,
+    pub tail_records: AtomicU64,
+    pub rolled_records: AtomicU64,
+    pub rolled_bytes: AtomicU64,
+    pub roll_forwards: AtomicU64,
+    /// Roll-forwards made early because the log was filling: the window shrank.
+    pub shrinks: AtomicU64,
+    /// Times the log cut history before the base had what it cut.
+    pub cuts: AtomicU64,
+    pub reads: AtomicU64,
+    /// Roll-forwards a crash interrupted, finished at open.
+    pub resumed_rolls: AtomicU64,
+}
+
+/// What readers see of a volume: which instants can be read, and where the base stands.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct View {
+    pub state: VolumeState,
+    /// The newest record history has of the volume (tail included).
+    pub last_vseq: u64,
+    pub last_ts: u64,
+}
+
+pub(crate) struct Inner {
+    pub cfg: HistoryConfig,
+    pub files: Arc<dyn Files>,
+    pub clock: Arc<dyn Clock>,
+    state_disk: Arc<dyn Disk>,
+    /// The state as saved (plus what is being built for the next save).
+    pub state: Mutex<State>,
+    pub index: LtIndex,
+    pub digests: Mutex<Digests>,
+    pub tail: RwLock<Tail>,
+    pub views: RwLock<BTreeMap<u32, View>>,
+    pub bases: Mutex<BTreeMap<u32, Arc<dyn Disk>>>,
+    incoming: Mutex<Vec<DigestEntry>>,
+    wake: Condvar,
+    indexer: Mutex<Indexer>,
+    pub log: OnceLock<Log>,
+    pub holder: OnceLock<Holder>,
+    pub stats: HistoryStats,
+    stop: AtomicBool,
+    failed: Mutex<Option<String>>,
+}
+
+/// The indexer's own state.
+#[derive(Default)]
+struct Indexer {
+    /// Records received, by sequence number, not yet indexed.
+    pending: BTreeMap<u64, DigestEntry>,
+    /// The next sequence number to index.
+    next_seq: u64,
+    last_save: Option<Instant>,
+}
+
+/// The history engine. Cheap to clone.
+#[derive(Clone)]
+pub struct History {
+    pub(crate) inner: Arc<Inner>,
+    thread: Arc<Mutex<Option<JoinHandle<()>>>>,
+}
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+pub(crate) fn io_err(files: &dyn Files, name: &str) -> impl Fn(std::io::Error) -> HistoryError {
+    let path = files.path(name);
+    move |source| HistoryError::Io {
+        path: path.clone(),
+        source,
+    }
+}
+
+pub(crate) fn base_name(volume: u32) -> String {
+    format!("base-{volume:08x}.img")
+}
+
+impl History {
+    /// Opens history in `files` (creating it when new) with the system clock.
+    pub fn open(files: Arc<dyn Files>, cfg: HistoryConfig) -> Result<Self, HistoryError> {
+        Self::open_with_clock(files, cfg, Arc::new(SystemClock))
+    }
+
+    /// [`Self::open`] with the clock retention reads (tests inject one).
+    pub fn open_with_clock(
+        files: Arc<dyn Files>,
+        cfg: HistoryConfig,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self, HistoryError> {
+        let state_disk = files
+            .open(STATE, FileUse::Random)
+            .map_err(io_err(files.as_ref(), STATE))?;
+        let loaded = State::load(state_disk.as_ref()).map_err(|why| HistoryError::Corrupt {
+            path: files.path(STATE),
+            at: 0,
+            why,
+        })?;
+        let state = match loaded {
+            Some(s) => s,
+            None => {
+                // New (or its creation was cut short before the first save): make the index,
+                // then save the state, which is what says history exists.
+                LtIndex::create(files.as_ref(), &cfg.index)?;
+                let mut s = State::default();
+                s.save(state_disk.as_ref())
+                    .map_err(|why| HistoryError::Config(format!("saving history state: {why}")))?;
+                s
+            }
+        };
+        let levels = state
+            .volumes
+            .iter()
+            .filter(|(_, v)| v.levels != 0)
+            .map(|(&id, v)| (id, v.levels))
+            .collect();
+        let index = LtIndex::open(files.as_ref(), &cfg.index, levels)?;
+        let mut bases = BTreeMap::new();
+        let mut views = BTreeMap::new();
+        for (&id, v) in &state.volumes {
+            let name = base_name(id);
+            let disk = files
+                .open(&name, FileUse::Random)
+                .map_err(io_err(files.as_ref(), &name))?;
+            bases.insert(id, disk);
+            views.insert(
+                id,
+                View {
+                    state: *v,
+                    last_vseq: v.base_vseq,
+                    last_ts: v.base_ts,
+                },
+            );
+        }
+        let next_seq = state.indexed_seq + 1;
+        let inner = Inner {
+            cfg,
+            files,
+            clock,
+            state_disk,
+            state: Mutex::new(state),
+            index,
+            digests: Mutex::new(Digests::default()),
+            tail: RwLock::new(Tail::default()),
+            views: RwLock::new(views),
+            bases: Mutex::new(bases),
+            incoming: Mutex::new(Vec::new()),
+            wake: Condvar::new(),
+            indexer: Mutex::new(Indexer {
+                next_seq,
+                ..Indexer::default()
+            }),
+            log: OnceLock::new(),
+            holder: OnceLock::new(),
+            stats: HistoryStats::default(),
+            stop: AtomicBool::new(false),
+            failed: Mutex::new(None),
+        };
+        Ok(Self {
+            inner: Arc::new(inner),
+            thread: Arc::new(Mutex::new(None)),
+        })
+    }
+
+    /// What the log must be opened with for history: its watermark is the lowest of what
+    /// the saved state covers and what the base images hold.
+    pub fn holder_spec(&self) -> HolderSpec {
+        let s = lock(&self.inner.state);
+        HolderSpec::new(HOLDER, self.inner.cfg.kind, s.holds(), s.indexed_ts)
+    }
+
+    /// Starts consuming: finishes a roll-forward a crash interrupted, indexes again the
+    /// records above the saved watermark (read back from the log), then indexes in the
+    /// background (or on [`Self::step`]).
+    pub fn start(&self, log: Log, recovery: &Recovery) -> Result<(), HistoryError> {
+        let inner = &self.inner;
+        let holder = log.holder(HOLDER)?;
+        let indexed = lock(&inner.state).indexed_seq;
+        let plan = recovery.replay.after(indexed).ok_or_else(|| {
+            HistoryError::Config(format!(
+                "the log was opened keeping records above {}, history needs those above {indexed}",
+                recovery.replay.after_seq()
+            ))
+        })?;
+        let _ = inner.log.set(log.clone());
+        let _ = inner.holder.set(holder);
+        inner.finish_roll_forward()?;
+        let mut replayed = Vec::new();
+        log.replay::<HistoryError>(&plan, |found, _payload| {
+            replayed.push(entry_of(&found.header, found.addr));
+            Ok(())
+        })?;
+        {
+            let mut tail = inner.tail.write().unwrap_or_else(PoisonError::into_inner);
+            for e in &replayed {
+                tail.push(*e);
+            }
+        }
+        {
+            let mut ix = lock(&inner.indexer);
+            for e in replayed {
+                ix.pending.insert(e.seq, e);
+            }
+        }
+        // Every sequence number at or below the log's newest is durable or void by now:
+        // records the log found void have no record to index.
+        for &seq in &recovery.voided {
+            lock(&inner.indexer).pending.insert(seq, void_entry(seq));
+        }
+        inner.note_views();
+        inner.note_newest()?;
+        if inner.cfg.background {
+            let me = Arc::clone(&self.inner);
+            let t = std::thread::Builder::new()
+                .name("history".into())
+                .spawn(move || me.run())
+                .map_err(|source| HistoryError::Io {
+                    path: "history thread".into(),
+                    source,
+                })?;
+            *lock(&self.thread) = Some(t);
+        }
+        Ok(())
+    }
+
+    /// One round of the indexer (what the background thread does in a loop): indexes the
+    /// records received so far, saves the state when due, rolls the base forward when due.
+    /// Returns whether it did anything.
+    pub fn step(&self) -> Result<bool, HistoryError> {
+        self.inner.step(true)
+    }
+
+    /// Indexes everything received, saves the state and releases the log behind it.
+    pub fn flush(&self) -> Result<(), HistoryError> {
+        while self.inner.step(false)? {}
+        self.inner.save(true)
+    }
+
+    /// Stops the indexer thread (after a last flush when `flush`).
+    pub fn shutdown(&self, flush: bool) -> Result<(), HistoryError> {
+        self.inner.stop.store(true, Relaxed);
+        self.inner.wake.notify_all();
+        if let Some(t) = lock(&self.thread).take() {
+            let _ = t.join();
+        }
+        if flush {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    pub fn stats(&self) -> &HistoryStats {
+        &self.inner.stats
+    }
+
+    /// Why history stopped, if it did.
+    pub fn failure(&self) -> Option<String> {
+        lock(&self.inner.failed).clone()
+    }
+
+    pub fn index(&self) -> &LtIndex {
+        &self.inner.index
+    }
+}
+
+impl DurableSink for History {
+    fn durable(&self, records: &[Durable]) {
+        let entries: Vec<DigestEntry> = records
+            .iter()
+            .map(|d| entry_of(&d.header, d.addr))
+            .collect();
+        {
+            let mut tail = self
+                .inner
+                .tail
+                .write()
+                .unwrap_or_else(PoisonError::into_inner);
+            for e in &entries {
+                tail.push(*e);
+            }
+            self.inner
+                .stats
+                .tail_records
+                .store(tail.len() as u64, Relaxed);
+        }
+        {
+            let mut views = self
+                .inner
+                .views
+                .write()
+                .unwrap_or_else(PoisonError::into_inner);
+            for e in entries.iter().filter(|e| e.kind != RecordKind::Void) {
+                if let Some(v) = views.get_mut(&e.volume) {
+                    if e.volume_seq > v.last_vseq {
+                        v.last_vseq = e.volume_seq;
+                        v.last_ts = e.timestamp_ns;
+                    }
+                }
+            }
+        }
+        lock(&self.inner.incoming).extend(entries);
+        self.inner.wake.notify_one();
+    }
+}
+
+pub(crate) fn entry_of(h: &mariner_log::RecordHeader, addr: mariner_log::LogAddr) -> DigestEntry {
+    DigestEntry {
+        seq: h.seq,
+        volume: h.volume,
+        kind: h.kind,
+        volume_seq: h.volume_seq,
+        timestamp_ns: h.timestamp_ns,
+        offset: h.offset,
+        length: h.length,
+        addr,
+    }
+}
+
+fn void_entry(seq: u64) -> DigestEntry {
+    DigestEntry {
+        seq,
+        volume: 0,
+        kind: RecordKind::Void,
+        volume_seq: 0,
+        timestamp_ns: 0,
+        offset: 0,
+        length: 0,
+        addr: mariner_log::LogAddr::NONE,
+    }
+}
+
+impl State {
+    /// What history still needs of the log: the records above this.
+    pub fn holds(&self) -> u64 {
+        self.volumes
+            .values()
+            .filter(|v| v.flags & FLAG_BROKEN == 0)
+            .map(|v| v.base_seq)
+            .fold(self.indexed_seq, u64::min)
+    }
+}
+
+impl Inner {
+    fn run(self: Arc<Self>) {
+        while !self.stop.load(Relaxed) {
+            {
+                let q = lock(&self.incoming);
+                if q.len() < self.cfg.batch_records {
+                    let _ = self
+                        .wake
+                        .wait_timeout(q, self.cfg.batch_interval)
+                        .unwrap_or_else(PoisonError::into_inner);
+                }
+            }
+            if let Err(e) = self.step(true) {
+                tracing::error!(error = %e, "history stopped");
+                *lock(&self.failed) = Some(e.to_string());
+                return;
+            }
+        }
+    }
+
+    /// One indexing round; `maintain`: also save the state when due and roll forward.
+    fn step(&self, maintain: bool) -> Result<bool, HistoryError> {
+        let arrived = std::mem::take(&mut *lock(&self.incoming));
+        let mut ix = lock(&self.indexer);
+        for e in arrived {
+            if e.seq >= ix.next_seq {
+                ix.pending.insert(e.seq, e);
+            }
+        }
+        let mut batch = Vec::new();
+        while batch.len() < self.cfg.batch_records {
+            let next = ix.next_seq;
+            match ix.pending.remove(&next) {
+                Some(e) => {
+                    batch.push(e);
+                    ix.next_seq += 1;
+                }
+                None => break,
+            }
+        }
+        drop(ix);
+        let did = !batch.is_empty();
+        if did {
+            self.index_batch(&batch)?;
+        }
+        if maintain {
+            self.check_cut();
+            self.save(false)?;
+            self.roll_forward_if_due()?;
+        }
+        Ok(did)
+    }
+
+    /// Digests, index, state of the volumes the batch creates, resizes or deletes.
+    fn index_batch(&self, batch: &[DigestEntry]) -> Result<(), HistoryError> {
+        let mut kept = Vec::with_capacity(batch.len());
+        {
+            let mut st = lock(&self.state);
+            for e in batch {
+                self.apply_lifecycle(&mut st, e)?;
+                if e.kind == RecordKind::Void || !st.volumes.contains_key(&e.volume) {
+                    continue;
+                }
+                kept.push(*e);
+            }
+        }
+        let new: Vec<DigestEntry> = {
+            let d = lock(&self.digests);
+            let last = d.last_seq();
+            kept.iter().filter(|e| e.seq > last).copied().collect()
+        };
+        if !new.is_empty() {
+            let mut d = lock(&self.digests);
+            d.append(&new)?;
+            d.sync()?;
+        }
+        let keys = self.index.insert(&kept)?;
+        {
+            let mut tail = self.tail.write().unwrap_or_else(PoisonError::into_inner);
+            for e in batch {
+                tail.remove(e);
+            }
+            self.stats.tail_records.store(tail.len() as u64, Relaxed);
+        }
+        let last = batch.last().map_or(0, |e| e.seq);
+        let last_ts = batch.iter().map(|e| e.timestamp_ns).max().unwrap_or(0);
+        {
+            let mut st = lock(&self.state);
+            st.indexed_seq = st.indexed_seq.max(last);
+            st.indexed_ts = st.indexed_ts.max(last_ts);
+        }
+        self.stats.indexed_seq.fetch_max(last, Relaxed);
+        self.stats
+            .records_indexed
+            .fetch_add(kept.len() as u64, Relaxed);
+        self.stats.keys_inserted.fetch_add(keys as u64, Relaxed);
+        self.stats.batches.fetch_add(1, Relaxed);
+        Ok(())
+    }
+
+    /// A volume created starts its history with an empty base; resized and deleted change
+    /// its state. Replayed records (already applied) change nothing.
+    fn apply_lifecycle(&self, st: &mut State, e: &DigestEntry) -> Result<(), HistoryError> {
+        match e.kind {
+            RecordKind::VolumeCreated => {
+                if st
+                    .volumes
+                    .get(&e.volume)
+                    .is_some_and(|v| v.base_seq >= e.seq)
+                {
+                    return Ok(());
+                }
+                let name = base_name(e.volume);
+                let files = self.files.as_ref();
+                files.remove(&name).map_err(io_err(files, &name))?;
+                let disk = files
+                    .open(&name, FileUse::Random)
+                    .map_err(io_err(files, &name))?;
+                disk.set_len(e.offset).map_err(io_err(files, &name))?;
+                disk.sync().map_err(io_err(files, &name))?;
+                files.sync_dir().map_err(io_err(files, "."))?;
+                let v = VolumeState {
+                    block_size: e.length,
+                    size: e.offset,
+                    base_seq: e.seq,
+                    base_vseq: e.volume_seq,
+                    base_ts: e.timestamp_ns,
+                    ..VolumeState::default()
+                };
+                st.volumes.insert(e.volume, v);
+                lock(&self.bases).insert(e.volume, disk);
+                let mut views = self.views.write().unwrap_or_else(PoisonError::into_inner);
+                let last = views.get(&e.volume).map(|w| (w.last_vseq, w.last_ts));
+                let (last_vseq, last_ts) = last
+                    .filter(|&(s, _)| s > e.volume_seq)
+                    .unwrap_or((e.volume_seq, e.timestamp_ns));
+                views.insert(
+                    e.volume,
+                    View {
+                        state: v,
+                        last_vseq,
+                        last_ts,
+                    },
+                );
+            }
+            RecordKind::VolumeResized => {
+                if let Some(v) = st.volumes.get_mut(&e.volume) {
+                    v.size = v.size.max(e.offset);
+                    let name = base_name(e.volume);
+                    if let Some(disk) = lock(&self.bases).get(&e.volume) {
+                        if disk.len().map_err(io_err(self.files.as_ref(), &name))? < v.size {
+                            disk.set_len(v.size)
+                                .map_err(io_err(self.files.as_ref(), &name))?;
+                        }
+                    }
+                }
+            }
+            RecordKind::VolumeDeleted => {
+                if let Some(v) = st.volumes.get_mut(&e.volume) {
+                    v.flags |= FLAG_DELETED;
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// The log let go of records the base did not have yet (it filled faster than the base
+    /// rolled forward): the history of those volumes is broken until it is seeded again.
+    fn check_cut(&self) {
+        let Some(cut) = self.holder.get().and_then(Holder::cut_to) else {
+            return;
+        };
+        let mut st = lock(&self.state);
+        let mut broke = Vec::new();
+        for (&id, v) in st.volumes.iter_mut() {
+            if v.flags & FLAG_BROKEN == 0 && v.base_seq < cut && v.rolling_seq < cut {
+                v.flags |= FLAG_BROKEN;
+                broke.push(id);
+            }
+        }
+        if !broke.is_empty() {
+            self.stats.cuts.fetch_add(1, Relaxed);
+            tracing::warn!(
+                cut,
+                volumes = ?broke,
+                "the log filled faster than history's base images rolled forward: their \
+                 history is lost up to the cut until it is seeded again"
+            );
+            drop(st);
+            self.note_views();
+        }
+    }
+
+    /// Saves the state when due (or now when `force`), then releases the log behind it.
+    pub(crate) fn save(&self, force: bool) -> Result<(), HistoryError> {
+        {
+            let ix = lock(&self.indexer);
+            if !force
+                && ix
+                    .last_save
+                    .is_some_and(|t| t.elapsed() < self.cfg.state_interval)
+            {
+                return Ok(());
+            }
+        }
+        let levels = self.index.levels();
+        let holds = {
+            let mut st = lock(&self.state);
+            for (id, v) in st.volumes.iter_mut() {
+                v.levels = levels.get(id).copied().unwrap_or(0);
+            }
+            st.save(self.state_disk.as_ref())
+                .map_err(|why| HistoryError::Config(format!("saving history state: {why}")))?;
+            self.stats.saved_seq.store(st.indexed_seq, Relaxed);
+            st.holds()
+        };
+        lock(&self.indexer).last_save = Some(Instant::now());
+        if let Some(h) = self.holder.get() {
+            h.release(holds);
+        }
+        Ok(())
+    }
+
+    /// Copies the state's volumes into the readers' views.
+    pub(crate) fn note_views(&self) {
+        let st = lock(&self.state);
+        let mut views = self.views.write().unwrap_or_else(PoisonError::into_inner);
+        for (&id, v) in &st.volumes {
+            let w = views.entry(id).or_default();
+            w.state = *v;
+            if w.last_vseq < v.base_vseq {
+                w.last_vseq = v.base_vseq;
+                w.last_ts = v.base_ts;
+            }
+        }
+    }
+}
+
+impl Inner {
+    /// Each volume's newest record as the digests have it (at open: the views start at the
+    /// bases).
+    fn note_newest(&self) -> Result<(), HistoryError> {
+        let ids: Vec<u32> = self
+            .views
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .keys()
+            .copied()
+            .collect();
+        for id in ids {
+            let newest = lock(&self.digests).newest_at_or_before(id, u64::MAX)?;
+            if let Some(e) = newest {
+                let mut views = self.views.write().unwrap_or_else(PoisonError::into_inner);
+                if let Some(w) = views.get_mut(&id) {
+                    if e.volume_seq > w.last_vseq {
+                        w.last_vseq = e.volume_seq;
+                        w.last_ts = e.timestamp_ns;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.stop.store(true, Relaxed);
+    }
+}
+
+#[allow(dead_code)]
+fn _assert_send_sync() {
+    fn f<T: Send + Sync>() {}
+    f::<History>();
+    let _ = Duration::ZERO;
+}

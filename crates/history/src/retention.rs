@@ -1,0 +1,245 @@
+//! Retention: the base images roll forward as records leave the protection window, and
+//! earlier when the log is filling (history shrinks from its old end, counted and logged).
+//!
+//! A version may be dropped only when a newer version of the same block is itself older than
+//! the window (../shared/DESIGN.md "History"). Rolling the base to the newest record older
+//! than the window keeps exactly that: the base holds each block's newest version as of that
+//! record, and every version it drops has a newer one at or before it.
+//!
+//! Order, so a crash at any point loses nothing and never shows a mix:
+//! 1. the readers' floor rises to the target (reads as of earlier instants now fail; reads in
+//!    flight finish first, since they hold the views' lock), and the state saves the target
+//!    as `rolling` — from here the base may hold any mix of the records up to it;
+//! 2. the records are applied to the bases in sequence order and the bases synced;
+//! 3. the state saves the base at the target, then the log is released behind it.
+//!
+//! An open that finds `rolling` set applies the records up to it again before anything is
+//! read (applying them in order over any mix of them gives the same image).
+
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::PoisonError;
+
+use mariner_log::RecordKind;
+
+use crate::engine::{base_name, io_err, lock, Inner};
+use crate::state::FLAG_BROKEN;
+use crate::{DigestEntry, HistoryError};
+
+/// Most records one roll-forward round applies.
+const ROUND_RECORDS: u64 = 16_384;
+/// Share of the log history may hold before it rolls forward early (shrinks).
+const PRESSURE: f64 = 0.6;
+
+impl Inner {
+    /// Rolls the bases forward over what left the window, or over the oldest records when
+    /// the log is filling.
+    pub(crate) fn roll_forward_if_due(&self) -> Result<(), HistoryError> {
+        let cutoff = self
+            .clock
+            .wall_ns()
+            .saturating_sub(u64::try_from(self.cfg.window.as_nanos()).unwrap_or(u64::MAX));
+        let pressed = self.log_pressed();
+        let (from, indexed) = {
+            let st = lock(&self.state);
+            let from = st
+                .volumes
+                .values()
+                .filter(|v| v.flags & FLAG_BROKEN == 0)
+                .map(|v| v.base_seq)
+                .min();
+            (from, st.indexed_seq)
+        };
+        let Some(from) = from else {
+            return Ok(());
+        };
+        if from >= indexed {
+            return Ok(());
+        }
+        let through = indexed.min(from.saturating_add(ROUND_RECORDS));
+        let mut entries = Vec::new();
+        lock(&self.digests).for_each(from, through, None, |e| {
+            entries.push(*e);
+            Ok(())
+        })?;
+        let expired = entries.partition_point(|e| e.timestamp_ns < cutoff);
+        let take = if pressed {
+            // Shrink: at least an eighth of what history holds, oldest first.
+            expired.max(entries.len().div_ceil(8))
+        } else {
+            expired
+        };
+        if take == 0 {
+            return Ok(());
+        }
+        entries.truncate(take);
+        if take > expired {
+            self.stats.shrinks.fetch_add(1, Relaxed);
+            tracing::warn!(
+                records = take - expired,
+                "the log is filling before history's window ends: history shrinks from its \
+                 oldest end"
+            );
+        }
+        self.roll_forward(&entries)
+    }
+
+    /// Whether history holds so much of the log that it must shrink rather than wait for
+    /// records to age out.
+    fn log_pressed(&self) -> bool {
+        let (Some(log), Some(h)) = (self.log.get(), self.holder.get()) else {
+            return false;
+        };
+        let total = log.stats().segments_total.load(Relaxed);
+        total > 0 && h.segments_held() as f64 >= PRESSURE * total as f64
+    }
+
+    /// Rolls the bases forward over `entries` (ascending, all indexed).
+    fn roll_forward(&self, entries: &[DigestEntry]) -> Result<(), HistoryError> {
+        let Some(last) = entries.last() else {
+            return Ok(());
+        };
+        let (target, ts) = (last.seq, last.timestamp_ns);
+        // 1. Floors up, intent saved.
+        {
+            let mut st = lock(&self.state);
+            let mut vseqs: BTreeMap<u32, u64> = BTreeMap::new();
+            for e in entries {
+                vseqs.insert(e.volume, e.volume_seq);
+            }
+            for (id, v) in st.volumes.iter_mut() {
+                if v.flags & FLAG_BROKEN != 0 || v.base_seq >= target {
+                    continue;
+                }
+                v.rolling_seq = target;
+                v.rolling_vseq = vseqs.get(id).copied().unwrap_or(v.base_vseq);
+                v.rolling_ts = ts;
+            }
+        }
+        self.note_views();
+        self.save(true)?;
+        // 2. and 3.
+        self.apply_rolling(entries)?;
+        self.stats.roll_forwards.fetch_add(1, Relaxed);
+        let holds = lock(&self.state).holds();
+        lock(&self.digests).drop_through(holds)?;
+        Ok(())
+    }
+
+    /// Applies `entries` to the bases of the volumes rolling past them, syncs, and saves the
+    /// bases at their targets.
+    fn apply_rolling(&self, entries: &[DigestEntry]) -> Result<(), HistoryError> {
+        let log = self
+            .log
+            .get()
+            .ok_or_else(|| HistoryError::Config("history is not started".into()))?;
+        let rolling: BTreeMap<u32, (u64, u64)> = lock(&self.state)
+            .volumes
+            .iter()
+            .filter(|(_, v)| v.rolling_seq > v.base_seq && v.flags & FLAG_BROKEN == 0)
+            .map(|(&id, v)| (id, (v.base_seq, v.rolling_seq)))
+            .collect();
+        let bases = lock(&self.bases).clone();
+        let mut touched = BTreeMap::new();
+        let mut bytes = 0u64;
+        let mut lost = Vec::new();
+        for e in entries {
+            let Some(&(after, through)) = rolling.get(&e.volume) else {
+                continue;
+            };
+            if e.seq <= after || e.seq > through || !e.kind.changes_data() {
+                continue;
+            }
+            let Some(disk) = bases.get(&e.volume) else {
+                continue;
+            };
+            let name = base_name(e.volume);
+            let io = io_err(self.files.as_ref(), &name);
+            match e.kind {
+                RecordKind::Write => match log.read(e.addr, e.seq) {
+                    Ok((_, payload)) => {
+                        grow(disk.as_ref(), e.offset + payload.len() as u64).map_err(&io)?;
+                        disk.write_at(&payload, e.offset).map_err(&io)?;
+                        bytes += payload.len() as u64;
+                    }
+                    Err(mariner_log::LogError::Gone { .. }) => {
+                        lost.push(e.volume);
+                        continue;
+                    }
+                    Err(err) => return Err(err.into()),
+                },
+                _ => {
+                    let len = u64::from(e.length);
+                    grow(disk.as_ref(), e.offset + len).map_err(&io)?;
+                    mariner_disk::write_zeros(disk.as_ref(), e.offset, len).map_err(&io)?;
+                }
+            }
+            touched.insert(e.volume, disk.clone());
+        }
+        for (id, disk) in &touched {
+            disk.sync()
+                .map_err(io_err(self.files.as_ref(), &base_name(*id)))?;
+        }
+        {
+            let mut st = lock(&self.state);
+            for (id, v) in st.volumes.iter_mut() {
+                if !rolling.contains_key(id) {
+                    continue;
+                }
+                if lost.contains(id) {
+                    v.flags |= FLAG_BROKEN;
+                }
+                v.base_seq = v.rolling_seq;
+                v.base_vseq = v.rolling_vseq;
+                v.base_ts = v.rolling_ts;
+                v.rolling_seq = 0;
+                v.rolling_vseq = 0;
+                v.rolling_ts = 0;
+            }
+        }
+        self.stats
+            .rolled_records
+            .fetch_add(entries.len() as u64, Relaxed);
+        self.stats.rolled_bytes.fetch_add(bytes, Relaxed);
+        // Readers move to the new base only once it is durable, and before the log is
+        // released (in `save`): a read that chose a log version waits for nothing after this.
+        self.note_views();
+        drop(self.views.write().unwrap_or_else(PoisonError::into_inner));
+        self.save(true)
+    }
+
+    /// At start: a roll-forward a crash interrupted is applied again, whole.
+    pub(crate) fn finish_roll_forward(&self) -> Result<(), HistoryError> {
+        let range = {
+            let st = lock(&self.state);
+            let rolling = st
+                .volumes
+                .values()
+                .filter(|v| v.rolling_seq > v.base_seq && v.flags & FLAG_BROKEN == 0);
+            let from = rolling.clone().map(|v| v.base_seq).min();
+            let to = rolling.map(|v| v.rolling_seq).max();
+            from.zip(to)
+        };
+        let Some((from, to)) = range else {
+            return Ok(());
+        };
+        let mut entries = Vec::new();
+        lock(&self.digests).for_each(from, to, None, |e| {
+            entries.push(*e);
+            Ok(())
+        })?;
+        tracing::info!(
+            records = entries.len(),
+            "history: finishing a roll-forward of the base images a crash interrupted"
+        );
+        self.stats.resumed_rolls.fetch_add(1, Relaxed);
+        self.apply_rolling(&entries)
+    }
+}
+
+fn grow(disk: &dyn mariner_disk::Disk, len: u64) -> std::io::Result<()> {
+    if disk.len()? < len {
+        disk.set_len(len)?;
+    }
+    Ok(())
+}
