@@ -36,6 +36,9 @@ const STATE: &str = "state";
 pub struct HistoryConfig {
     /// The protection window: every write this recent stays readable.
     pub window: Duration,
+    /// Under a must-hold kind (throttle), history does not shrink below this; under a
+    /// shrinkable one, falling below it is logged as an alert.
+    pub min_window: Duration,
     pub index: IndexConfig,
     /// Most records indexed in one batch.
     pub batch_records: usize,
@@ -54,6 +57,7 @@ impl Default for HistoryConfig {
     fn default() -> Self {
         Self {
             window: Duration::from_secs(7 * 24 * 3600),
+            min_window: Duration::from_secs(3600),
             index: IndexConfig::default(),
             batch_records: 4096,
             batch_interval: Duration::from_millis(50),
@@ -83,6 +87,8 @@ pub struct HistoryStats {
     pub reads: AtomicU64,
     /// Roll-forwards a crash interrupted, finished at open.
     pub resumed_rolls: AtomicU64,
+    /// Base images copied from a current image.
+    pub seeds: AtomicU64,
 }
 
 /// What readers see of a volume: which instants can be read, and where the base stands.
@@ -334,6 +340,29 @@ impl History {
     pub fn index(&self) -> &LtIndex {
         &self.inner.index
     }
+
+    /// How far indexing is behind: records waiting in the tail, and the age of the oldest
+    /// of them by `now_ns` (0 when none waits).
+    pub fn lag(&self, now_ns: u64) -> (u64, u64) {
+        let tail = self
+            .inner
+            .tail
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        let age = tail.oldest_ts().map_or(0, |t| now_ns.saturating_sub(t));
+        (tail.len() as u64, age)
+    }
+
+    /// Bytes of index leaves in use.
+    pub fn index_bytes(&self) -> u64 {
+        let tree = self.inner.index.tree();
+        tree.leaf_count() as u64 * u64::from(self.inner.cfg.index.block_bytes)
+    }
+
+    /// The window asked for.
+    pub fn configured_window(&self) -> Duration {
+        self.inner.cfg.window
+    }
 }
 
 impl DurableSink for History {
@@ -377,15 +406,22 @@ impl DurableSink for History {
 }
 
 pub(crate) fn entry_of(h: &mariner_log::RecordHeader, addr: mariner_log::LogAddr) -> DigestEntry {
-    DigestEntry {
-        seq: h.seq,
-        volume: h.volume,
-        kind: h.kind,
-        volume_seq: h.volume_seq,
-        timestamp_ns: h.timestamp_ns,
-        offset: h.offset,
-        length: h.length,
-        addr,
+    DigestEntry::from_header(h, addr)
+}
+
+impl DigestEntry {
+    /// What history keeps of the record with header `h` at `addr`.
+    pub fn from_header(h: &mariner_log::RecordHeader, addr: mariner_log::LogAddr) -> Self {
+        Self {
+            seq: h.seq,
+            volume: h.volume,
+            kind: h.kind,
+            volume_seq: h.volume_seq,
+            timestamp_ns: h.timestamp_ns,
+            offset: h.offset,
+            length: h.length,
+            addr,
+        }
     }
 }
 
@@ -653,6 +689,11 @@ impl Inner {
 }
 
 impl Inner {
+    /// Where indexing continues (a new history starting at the store's watermark).
+    pub(crate) fn set_next_seq(&self, seq: u64) {
+        lock(&self.indexer).next_seq = seq;
+    }
+
     /// Each volume's newest record as the digests have it (at open: the views start at the
     /// bases).
     fn note_newest(&self) -> Result<(), HistoryError> {

@@ -91,8 +91,11 @@ impl Files for DirFiles {
 /// [`MemFiles::disks`] after crashing each.
 pub struct MemFiles {
     disks: Mutex<BTreeMap<String, Arc<dyn Disk>>>,
-    make: Box<dyn Fn(&str) -> Arc<dyn Disk> + Send + Sync>,
+    make: Box<MakeDisk>,
 }
+
+/// Makes the disk of a file created by name.
+pub type MakeDisk = dyn Fn(&str) -> Arc<dyn Disk> + Send + Sync;
 
 impl MemFiles {
     pub fn new(

@@ -25,6 +25,7 @@ pub mod index;
 pub mod pieces;
 mod read;
 mod retention;
+mod seed;
 pub mod state;
 mod tail;
 
@@ -32,6 +33,7 @@ pub use engine::{History, HistoryConfig, HistoryStats, HOLDER};
 pub use error::HistoryError;
 pub use index::IndexConfig;
 pub use read::{At, Point, Window};
+pub use seed::SeedPoint;
 
 /// What history keeps of one durable record: everything but its payload, which stays in the
 /// log at `addr` until the record leaves the window.

@@ -171,7 +171,7 @@ impl Inner {
                 _ => {
                     let len = u64::from(e.length);
                     grow(disk.as_ref(), e.offset + len).map_err(&io)?;
-                    mariner_disk::write_zeros(disk.as_ref(), e.offset, len).map_err(&io)?;
+                    disk.punch_hole(e.offset, len).map_err(&io)?;
                 }
             }
             touched.insert(e.volume, disk.clone());

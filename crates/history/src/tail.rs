@@ -48,6 +48,14 @@ impl Tail {
         self.records
     }
 
+    /// The timestamp of the oldest record waiting (the index's lag starts there).
+    pub fn oldest_ts(&self) -> Option<u64> {
+        self.volumes
+            .values()
+            .filter_map(|v| v.values().map(|e| e.timestamp_ns).min())
+            .min()
+    }
+
     /// Overlays onto `out` (one slot per sector of `[start, end)`) the tail's versions at or
     /// before `at` that are newer than what the slot holds.
     pub fn overlay(

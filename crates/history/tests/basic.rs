@@ -57,7 +57,7 @@ struct Rig {
 impl Rig {
     fn new() -> Self {
         let dev: Arc<dyn Disk> = Arc::new(MemDisk::new(16 << 20));
-        Log::format(&[dev.clone()], &log_cfg(), LOG_ID).unwrap();
+        Log::format(std::slice::from_ref(&dev), &log_cfg(), LOG_ID).unwrap();
         let wall = mariner_log::clock::SystemClock.wall_ns();
         Self {
             devices: vec![dev],

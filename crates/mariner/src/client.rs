@@ -116,8 +116,8 @@ fn volume_table(v: &Value) -> String {
     };
     let w = rows.iter().map(|r| name(r).len()).max().unwrap_or(0).max(4);
     let mut out = format!(
-        "{:<w$} {:>6} {:>12} {:>12} {:>6} {:>5}  STATE\n",
-        "NAME", "ID", "SIZE", "ALLOCATED", "BLOCK", "CONNS"
+        "{:<w$} {:>6} {:>12} {:>12} {:>6} {:>5} {:>15}  STATE\n",
+        "NAME", "ID", "SIZE", "ALLOCATED", "BLOCK", "CONNS", "HISTORY"
     );
     for r in rows {
         let n = |k: &str| r.get(k).and_then(Value::as_u64).unwrap_or(0);
@@ -128,14 +128,114 @@ fn volume_table(v: &Value) -> String {
         };
         let _ = writeln!(
             out,
-            "{:<w$} {:>6} {:>12} {:>12} {:>6} {:>5}  {state}",
+            "{:<w$} {:>6} {:>12} {:>12} {:>6} {:>5} {:>15}  {state}",
             name(r),
             n("id"),
             size("size_bytes"),
             size("allocated_bytes"),
             n("block_size"),
             n("connections"),
+            history_cell(r.get("history")),
         );
+    }
+    out
+}
+
+/// "effective/configured", e.g. `2h13m/7d`; "off" without history, "lost" when unreadable.
+fn history_cell(h: Option<&Value>) -> String {
+    let Some(h) = h.filter(|h| !h.is_null()) else {
+        return "off".into();
+    };
+    if h.get("unavailable").is_some_and(|u| !u.is_null()) {
+        return "unavailable".into();
+    }
+    let secs = |k: &str| h.get(k).and_then(Value::as_f64).unwrap_or(0.0);
+    format!(
+        "{}/{}",
+        short_duration(secs("effective_window_s")),
+        short_duration(secs("configured_window_s"))
+    )
+}
+
+/// A duration in its two largest units: `6d23h`, `2h13m`, `45s`.
+pub fn short_duration(secs: f64) -> String {
+    let s = secs.max(0.0) as u64;
+    let units = [(86_400, "d"), (3_600, "h"), (60, "m"), (1, "s")];
+    let mut out = String::new();
+    let mut left = s;
+    let mut parts = 0;
+    for (size, name) in units {
+        if left >= size || (parts == 0 && size == 1) {
+            out.push_str(&format!("{}{name}", left / size));
+            left %= size;
+            parts += 1;
+            if parts == 2 || left == 0 {
+                break;
+            }
+        } else if parts > 0 {
+            break;
+        }
+    }
+    out
+}
+
+/// `mariner status` as text.
+pub fn status_text(v: &Value) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let get = |path: &[&str]| {
+        path.iter()
+            .try_fold(v, |v, k| v.get(*k))
+            .filter(|x| !x.is_null())
+    };
+    let s = |path: &[&str]| get(path).map_or("-".to_string(), |x| x.to_string());
+    let _ = writeln!(out, "data       {}", s(&["data"]).trim_matches('"'));
+    let _ = writeln!(
+        out,
+        "log        {} device(s), {} segments of {} each; failed: {}",
+        s(&["log", "devices"]),
+        s(&["log", "segments_per_device"]),
+        get(&["log", "segment_bytes"])
+            .and_then(Value::as_u64)
+            .map_or("-".into(), |b| bytesize::ByteSize(b)
+                .display()
+                .iec()
+                .to_string()),
+        s(&["log", "failed"]),
+    );
+    let _ = writeln!(
+        out,
+        "store      applied through #{}; failed: {}",
+        s(&["store", "progress_seq"]),
+        s(&["store", "failed"])
+    );
+    match get(&["history", "enabled"]).and_then(Value::as_bool) {
+        Some(true) => {
+            let configured = get(&["history", "configured_window_s"])
+                .and_then(Value::as_f64)
+                .unwrap_or(0.0);
+            let _ = writeln!(
+                out,
+                "history    window {}; shrank {} time(s), cut {} time(s); failed: {}",
+                short_duration(configured),
+                s(&["history", "shrinks"]),
+                s(&["history", "cuts"]),
+                s(&["history", "failed"])
+            );
+            if let Some(Value::Object(vols)) = get(&["history", "volumes"]) {
+                for (name, h) in vols {
+                    let cell = history_cell(Some(h));
+                    let note = match h.get("effective_window_s").and_then(Value::as_f64) {
+                        Some(e) if e < configured / 2.0 => "  (below half the window)",
+                        _ => "",
+                    };
+                    let _ = writeln!(out, "  {name:<20} {cell}{note}");
+                }
+            }
+        }
+        _ => {
+            let _ = writeln!(out, "history    off");
+        }
     }
     out
 }
@@ -172,5 +272,14 @@ mod tests {
         assert_eq!(id_end(lines[1]), header_state, "{table}");
         assert_eq!(id_end(lines[2]), header_state, "{table}");
         assert!(lines[2].starts_with(&long));
+    }
+
+    #[test]
+    fn durations_print_in_their_two_largest_units() {
+        assert_eq!(short_duration(7.0 * 86_400.0), "7d");
+        assert_eq!(short_duration(2.0 * 3_600.0 + 13.0 * 60.0 + 5.0), "2h13m");
+        assert_eq!(short_duration(45.0), "45s");
+        assert_eq!(short_duration(0.0), "0s");
+        assert_eq!(short_duration(86_400.0 + 59.0), "1d");
     }
 }

@@ -44,6 +44,12 @@ enum Command {
     /// Create, list, inspect, grow, change or delete volumes on a running server.
     #[command(subcommand)]
     Volume(VolumeCmd),
+    /// What a running server is doing: log, store, and history's window against the
+    /// configured one, per volume.
+    Status {
+        #[command(flatten)]
+        target: Target,
+    },
     /// Inspect log devices offline.
     #[command(subcommand)]
     Log(LogCmd),
@@ -188,6 +194,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve(a) => serve(a),
         Command::Volume(c) => volume(c),
+        Command::Status { target } => status(&target),
         Command::Log(LogCmd::Dump(a)) => logtool::dump(&a),
         Command::Log(LogCmd::Verify(a)) => logtool::verify(&a),
         Command::Sim(a) => sim_cmd::run(&a),
@@ -290,6 +297,16 @@ fn checked(name: &str) -> Result<&str, String> {
             "invalid volume name {name:?}: 1-64 of A-Z a-z 0-9 . _ -, not starting with . or -"
         ))
     }
+}
+
+fn status(target: &Target) -> Result<ExitCode, String> {
+    let v = client::request(&target.data, "GET", "/v1/status", None)?;
+    if target.json {
+        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+    } else {
+        print!("{}", client::status_text(&v));
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn volume(c: VolumeCmd) -> Result<ExitCode, String> {

@@ -169,8 +169,33 @@ async fn status(State(node): State<Arc<Node>>) -> ApiResult {
         },
         "store": { "failed": node.store().failure(), "progress_seq": node.store().progress().applied_seq },
         "volumes": node.volume_names(),
+        "history": history_status(&node),
     });
     Ok(Json(body).into_response())
+}
+
+/// History in `mariner status`: the configured window, and each volume's effective one.
+fn history_status(node: &Node) -> serde_json::Value {
+    let Some(h) = node.history() else {
+        return json!({ "enabled": false });
+    };
+    let volumes: serde_json::Map<String, serde_json::Value> = node
+        .volume_names()
+        .into_iter()
+        .filter_map(|n| {
+            let info = node.volume_info(&n)?.history?;
+            Some((n, serde_json::to_value(info).ok()?))
+        })
+        .collect();
+    let s = h.stats();
+    json!({
+        "enabled": true,
+        "configured_window_s": h.configured_window().as_secs_f64(),
+        "failed": h.failure(),
+        "shrinks": s.shrinks.load(std::sync::atomic::Ordering::Relaxed),
+        "cuts": s.cuts.load(std::sync::atomic::Ordering::Relaxed),
+        "volumes": volumes,
+    })
 }
 
 async fn metrics(State(node): State<Arc<Node>>) -> Response {

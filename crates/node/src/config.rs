@@ -26,6 +26,7 @@ pub struct Config {
     pub store: StoreSection,
     pub volume: VolumeDefaults,
     pub limits: LimitsSection,
+    pub history: HistorySection,
     /// Test-only switches; not for production.
     pub test: TestSection,
 }
@@ -129,6 +130,69 @@ pub struct LimitsSection {
     pub payload_timeout_ms: u64,
 }
 
+/// Continuous data protection (docs/CONFIG.md `[history]`): every write of the window kept.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HistorySection {
+    /// Keep history at all.
+    pub enabled: bool,
+    /// The protection window: every write this recent stays readable ("7d", "12h", "30m").
+    #[serde(with = "humantime_serde")]
+    pub window: std::time::Duration,
+    /// The floor under which the window must not fall without notice: with `policy =
+    /// "throttle"` writers wait rather than let it; with `"shrink"` an alert is logged.
+    #[serde(with = "humantime_serde")]
+    pub min_window: std::time::Duration,
+    /// What happens when the log fills before the window ends: `"shrink"` (history gives way
+    /// from its oldest end; writes never wait for it) or `"throttle"` (writers wait while the
+    /// window is down to `min_window`).
+    pub policy: HistoryPolicy,
+    /// Memory for the index's queues.
+    pub index_memory: ByteSize,
+    /// Largest size of the index file (sparse: only what is used takes space).
+    pub index_size: ByteSize,
+}
+
+/// `[history] policy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HistoryPolicy {
+    Shrink,
+    Throttle,
+}
+
+impl Default for HistorySection {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            window: std::time::Duration::from_secs(7 * 24 * 3600),
+            min_window: std::time::Duration::from_secs(3600),
+            policy: HistoryPolicy::Shrink,
+            index_memory: ByteSize::mib(64),
+            index_size: ByteSize::gib(4),
+        }
+    }
+}
+
+impl HistorySection {
+    fn validate(&self) -> Result<(), NodeError> {
+        let bad = |m: &str| Err(NodeError::Config(format!("history.{m}")));
+        if self.window.is_zero() {
+            return bad("window: at least 1s (to keep no history, set enabled = false)");
+        }
+        if self.min_window > self.window {
+            return bad("min_window: at most the window");
+        }
+        if self.index_memory.as_u64() < 4 << 20 {
+            return bad("index_memory: at least 4 MiB");
+        }
+        if self.index_size.as_u64() < 64 << 20 {
+            return bad("index_size: at least 64 MiB");
+        }
+        Ok(())
+    }
+}
+
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TestSection {
@@ -180,6 +244,7 @@ impl Default for Config {
             store: StoreSection::default(),
             volume: VolumeDefaults::default(),
             limits: LimitsSection::default(),
+            history: HistorySection::default(),
             test: TestSection::default(),
         }
     }
@@ -373,7 +438,8 @@ impl Config {
         if self.store.sync_interval_ms == 0 {
             return bad("store.sync_interval_ms: at least 1");
         }
-        self.limits.validate()
+        self.limits.validate()?;
+        self.history.validate()
     }
 }
 

@@ -9,6 +9,7 @@
 pub mod admin;
 pub mod config;
 pub mod datadir;
+mod history;
 mod image;
 mod initialise;
 pub mod iscsi;
@@ -22,6 +23,7 @@ pub mod serve;
 pub mod volume;
 
 pub use config::Config;
+pub use history::HistoryInfo;
 pub use node::{valid_volume_name, Node, RecoveryReport, VolumeInfo};
 
 /// Errors at the node level; each says what the operator can do about it.

@@ -14,6 +14,7 @@ pub fn render(node: &Node) -> String {
     store_metrics(&mut out, node);
     volume_metrics(&mut out, node);
     limit_metrics(&mut out, node);
+    history_metrics(&mut out, node);
     let r = &node.recovery;
     gauge(
         &mut out,
@@ -305,4 +306,99 @@ fn histogram(out: &mut String, name: &str, help: &str, h: &Histogram, scale: f64
     let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {count}");
     let _ = writeln!(out, "{name}_sum {}", sum as f64 * scale);
     let _ = writeln!(out, "{name}_count {count}");
+}
+
+/// History (docs/ARCHITECTURE.md "History"): the window each volume can be read back over,
+/// against the one configured; how far indexing and the base images are behind; shrinking.
+fn history_metrics(out: &mut String, node: &Node) {
+    let Some(h) = node.history() else {
+        return;
+    };
+    let s = h.stats();
+    let now = crate::node::now_ns();
+    let configured = h.configured_window().as_secs_f64();
+    gauge(
+        out,
+        "mariner_history_configured_window_seconds",
+        "The protection window asked for ([history] window).",
+        configured,
+    );
+    let _ = writeln!(
+        out,
+        "# HELP mariner_history_window_seconds How far back each volume can be read now: below \
+         the configured window when the log filled first (history shrank) or history is younger.\n\
+         # TYPE mariner_history_window_seconds gauge"
+    );
+    let mut base_lag: f64 = 0.0;
+    for name in node.volume_names() {
+        let Some(info) = node.volume_info(&name).and_then(|i| i.history) else {
+            continue;
+        };
+        let _ = writeln!(
+            out,
+            "mariner_history_window_seconds{{volume=\"{name}\"}} {}",
+            info.effective_window_s
+        );
+        base_lag = base_lag.max(info.effective_window_s - configured);
+    }
+    gauge(
+        out,
+        "mariner_history_base_lag_seconds",
+        "How far the oldest base image is behind the window's start (roll-forward lag).",
+        base_lag.max(0.0),
+    );
+    let (records, age_ns) = h.lag(now);
+    gauge(
+        out,
+        "mariner_history_index_lag_records",
+        "Durable records not yet indexed.",
+        records as f64,
+    );
+    gauge(
+        out,
+        "mariner_history_index_lag_seconds",
+        "Age of the oldest durable record not yet indexed.",
+        age_ns as f64 / 1e9,
+    );
+    gauge(
+        out,
+        "mariner_history_index_bytes",
+        "Bytes of index leaves in use.",
+        h.index_bytes() as f64,
+    );
+    for (name, help, v) in [
+        (
+            "mariner_history_records_indexed_total",
+            "Records indexed.",
+            &s.records_indexed,
+        ),
+        (
+            "mariner_history_index_keys_total",
+            "Index keys inserted (aligned pieces of records).",
+            &s.keys_inserted,
+        ),
+        (
+            "mariner_history_rolled_bytes_total",
+            "Bytes applied to base images as records left the window.",
+            &s.rolled_bytes,
+        ),
+        (
+            "mariner_history_roll_forwards_total",
+            "Roll-forwards of the base images.",
+            &s.roll_forwards,
+        ),
+        (
+            "mariner_history_shrinks_total",
+            "Roll-forwards made before records left the window because the log was filling.",
+            &s.shrinks,
+        ),
+        (
+            "mariner_history_cuts_total",
+            "Times the log let go of records the base images did not have (history broken \
+             until seeded again).",
+            &s.cuts,
+        ),
+    ] {
+        counter(out, name, help, v.load(Relaxed));
+    }
 }

@@ -43,6 +43,8 @@ pub struct VolumeInfo {
     /// The operator's read-only flag (`mariner volume set NAME --read-only true`).
     pub read_only_set: bool,
     pub created_ns: u64,
+    /// The instants that can be read, against the configured window; `None` without history.
+    pub history: Option<crate::history::HistoryInfo>,
 }
 
 pub struct Node {
@@ -51,6 +53,8 @@ pub struct Node {
     state: Mutex<NodeState>,
     pub(crate) log: Log,
     pub(crate) store: Arc<Store>,
+    /// `None` with `[history] enabled = false`.
+    pub(crate) history: Option<mariner_history::History>,
     volumes: RwLock<BTreeMap<String, Arc<Volume>>>,
     connections: Mutex<HashMap<String, usize>>,
     pub recovery: RecoveryReport,
@@ -99,29 +103,44 @@ impl Node {
         let devices = open_log_devices(&dir, &cfg, &paths)?;
         let progress = Progress::load(&dir.path("store.progress"))
             .map_err(|e| NodeError::Corrupt(format!("store.progress: {e}")))?;
+        let history = crate::history::open(&dir, &cfg, progress.applied_seq, progress.applied_ts)?;
         let store = Store::new(store_config(&dir, &cfg), progress);
         let metas = dir.load_volumes()?;
+        let mut images = Vec::with_capacity(metas.len());
         for m in &metas {
             let image = open_image(&dir, &cfg, m)?;
-            store.add_volume(m.id, image, m.size_bytes);
+            store.add_volume(m.id, image.clone(), m.size_bytes);
+            images.push((m.clone(), image));
         }
-        let sink: Arc<dyn mariner_log::DurableSink> = store.clone();
-        let (log, rec) = Log::open(
-            devices,
-            log_config(&cfg),
-            state.log_id()?,
-            &[store.holder_spec()],
-            sink,
-        )?;
-        let state = match upgrade(&dir, state, &paths) {
+        let mut sinks: Vec<Arc<dyn mariner_log::DurableSink>> = vec![store.clone()];
+        let mut holders = vec![store.holder_spec()];
+        if let Some(h) = &history {
+            sinks.push(Arc::new(h.clone()));
+            holders.push(h.holder_spec());
+        }
+        let sink = Arc::new(crate::history::Tee(sinks));
+        let (log, rec) = Log::open(devices, log_config(&cfg), state.log_id()?, &holders, sink)?;
+        let started = upgrade(&dir, state, &paths).and_then(|state| {
+            if let Some(h) = &history {
+                crate::history::start(h, &log, &rec, &images)?;
+            }
+            Ok(state)
+        });
+        let state = match started {
             Ok(s) => s,
             Err(e) => {
+                if let Some(h) = &history {
+                    let _ = h.shutdown(false);
+                }
                 log.shutdown();
                 return Err(e);
             }
         };
         store.set_paused(cfg.test.pause_apply);
         if let Err(e) = store.start(log.clone(), &rec) {
+            if let Some(h) = &history {
+                let _ = h.shutdown(false);
+            }
             log.shutdown();
             return Err(NodeError::Io(e.to_string()));
         }
@@ -155,6 +174,7 @@ impl Node {
             state: Mutex::new(state),
             log,
             store,
+            history,
             volumes: RwLock::new(volumes),
             connections: Mutex::new(HashMap::new()),
             recovery,
@@ -194,6 +214,11 @@ impl Node {
         &self.store
     }
 
+    /// History, when enabled.
+    pub fn history(&self) -> Option<&mariner_history::History> {
+        self.history.as_ref()
+    }
+
     pub fn volume(&self, name: &str) -> Option<Arc<Volume>> {
         self.volumes.read().ok()?.get(name).cloned()
     }
@@ -228,6 +253,7 @@ impl Node {
             read_only: v.read_only_reason(),
             read_only_set: m.read_only,
             created_ns: m.created_ns,
+            history: self.history_info(m.id),
         })
     }
 
@@ -480,8 +506,13 @@ impl Node {
         }
     }
 
-    /// Stops the store (final sync) and the log.
+    /// Stops history (indexing what is left), the store (final sync) and the log.
     pub fn shutdown(&self) {
+        if let Some(h) = &self.history {
+            if let Err(e) = h.shutdown(true) {
+                tracing::warn!(error = %e, "history: the last flush failed; the next start indexes again");
+            }
+        }
         self.store.shutdown();
         self.log.shutdown();
     }
