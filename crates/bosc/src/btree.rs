@@ -308,6 +308,35 @@ impl BPlusTree {
         Ok(())
     }
 
+    /// Deletes many keys with one group commit of the log (blind, as [`Self::delete`]): all
+    /// are durable when it returns. History drops the index entries of versions that left
+    /// the window this way, a roll-forward at a time.
+    pub fn delete_batch(&self, keys: &[Key]) -> Result<(), Error> {
+        if keys.is_empty() {
+            return Ok(());
+        }
+        let mut r = lock(&self.router);
+        r.check()?;
+        let mut changes = Vec::with_capacity(keys.len());
+        for &key in keys {
+            let (fence, leaf) = r.leaf_for(key)?;
+            if leaf.is_unread() {
+                let n = self.bosc.query(leaf.block(), |p| {
+                    LeafView::checked(leaf.block(), p).map(|v| v.count())
+                })??;
+                if let Some(l) = r.get_mut(fence) {
+                    l.set_records_max(n);
+                }
+            }
+            changes.push(Change::modify(
+                leaf.block(),
+                encode_mod(TAG_DELETE, key, 0),
+            ));
+        }
+        self.bosc.modify_batch(changes)?;
+        Ok(())
+    }
+
     /// Reads, several at a time, the uncached leaves the batch's puts will fill: the splits
     /// then need no read of their own, and the reads overlap instead of each waiting for the
     /// disk in turn.

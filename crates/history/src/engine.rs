@@ -73,6 +73,8 @@ impl Default for HistoryConfig {
 pub struct HistoryStats {
     pub records_indexed: AtomicU64,
     pub keys_inserted: AtomicU64,
+    /// Index keys removed as their versions left the window.
+    pub keys_removed: AtomicU64,
     pub batches: AtomicU64,
     pub indexed_seq: AtomicU64,
     pub saved_seq: AtomicU64,
@@ -264,6 +266,7 @@ impl History {
         let _ = inner.log.set(log.clone());
         let _ = inner.holder.set(holder);
         inner.finish_roll_forward()?;
+        inner.prune(None)?;
         let mut replayed = Vec::new();
         log.replay::<HistoryError>(&plan, |found, _payload| {
             replayed.push(entry_of(&found.header, found.addr));

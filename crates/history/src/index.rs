@@ -296,12 +296,16 @@ impl LtIndex {
         Ok(out)
     }
 
-    /// Removes the keys of `e`'s pieces (its version left the window and is in the base).
-    pub fn remove(&self, e: &DigestEntry) -> Result<(), HistoryError> {
-        for (key, _, _) in Self::entries_of(e)? {
-            self.tree.delete(key)?;
+    /// Removes the keys of `entries`' pieces (their versions left the window and are in the
+    /// base images), durably, with one group commit. Returns the keys removed.
+    pub fn remove(&self, entries: &[DigestEntry]) -> Result<usize, HistoryError> {
+        let mut keys = Vec::new();
+        for e in entries {
+            keys.extend(Self::entries_of(e)?.into_iter().map(|(k, _, _)| k));
         }
-        Ok(())
+        keys.sort_unstable();
+        self.tree.delete_batch(&keys)?;
+        Ok(keys.len())
     }
 
     fn level_mask(&self, volume: u32) -> u8 {

@@ -121,7 +121,58 @@ impl Inner {
         // 2. and 3.
         self.apply_rolling(entries)?;
         self.stats.roll_forwards.fetch_add(1, Relaxed);
-        let holds = lock(&self.state).holds();
+        self.prune(Some(entries))
+    }
+
+    /// Removes the index entries of the records the bases now hold, then the digests no
+    /// longer needed. `known`: those records, when the caller has them (else they are read
+    /// from the digests). Crash-safe: the state's `pruned_seq` says where to resume.
+    pub(crate) fn prune(&self, known: Option<&[DigestEntry]>) -> Result<(), HistoryError> {
+        let (pruned, upto) = {
+            let st = lock(&self.state);
+            let upto = st
+                .volumes
+                .values()
+                .map(|v| v.base_seq)
+                .min()
+                .unwrap_or(st.indexed_seq)
+                .min(st.indexed_seq);
+            (st.pruned_seq, upto)
+        };
+        if upto > pruned {
+            let mut entries = Vec::new();
+            match known {
+                Some(k) => entries.extend(
+                    k.iter()
+                        .filter(|e| e.seq > pruned && e.seq <= upto)
+                        .copied(),
+                ),
+                None => lock(&self.digests).for_each(pruned, upto, None, |e| {
+                    entries.push(*e);
+                    Ok(())
+                })?,
+            }
+            // Entries before `known` starts (an earlier prune cut short) come from the digests.
+            if let Some(first) = entries.first().map(|e| e.seq) {
+                if first > pruned + 1 && known.is_some() {
+                    let mut older = Vec::new();
+                    lock(&self.digests).for_each(pruned, first - 1, None, |e| {
+                        older.push(*e);
+                        Ok(())
+                    })?;
+                    older.extend(entries);
+                    entries = older;
+                }
+            }
+            let removed = self.index.remove(&entries)?;
+            self.stats.keys_removed.fetch_add(removed as u64, Relaxed);
+            lock(&self.state).pruned_seq = upto;
+            self.save(true)?;
+        }
+        let holds = {
+            let st = lock(&self.state);
+            st.holds().min(st.pruned_seq)
+        };
         lock(&self.digests).drop_through(holds)?;
         Ok(())
     }
@@ -143,11 +194,20 @@ impl Inner {
         let mut touched = BTreeMap::new();
         let mut bytes = 0u64;
         let mut lost = Vec::new();
+        let mut gone = Vec::new();
         for e in entries {
             let Some(&(after, through)) = rolling.get(&e.volume) else {
                 continue;
             };
-            if e.seq <= after || e.seq > through || !e.kind.changes_data() {
+            if e.seq <= after || e.seq > through {
+                continue;
+            }
+            if e.kind == RecordKind::VolumeDeleted {
+                // Its whole history has left the window.
+                gone.push(e.volume);
+                continue;
+            }
+            if !e.kind.changes_data() {
                 continue;
             }
             let Some(disk) = bases.get(&e.volume) else {
@@ -196,6 +256,16 @@ impl Inner {
                 v.rolling_vseq = 0;
                 v.rolling_ts = 0;
             }
+            for id in &gone {
+                st.volumes.remove(id);
+            }
+        }
+        for id in &gone {
+            lock(&self.bases).remove(id);
+            self.views
+                .write()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(id);
         }
         self.stats
             .rolled_records
@@ -204,8 +274,15 @@ impl Inner {
         // Readers move to the new base only once it is durable, and before the log is
         // released (in `save`): a read that chose a log version waits for nothing after this.
         self.note_views();
-        drop(self.views.write().unwrap_or_else(PoisonError::into_inner));
-        self.save(true)
+        self.save(true)?;
+        // The deleted volumes' bases go once the state no longer names them.
+        for id in gone {
+            let name = base_name(id);
+            self.files
+                .remove(&name)
+                .map_err(io_err(self.files.as_ref(), &name))?;
+        }
+        Ok(())
     }
 
     /// At start: a roll-forward a crash interrupted is applied again, whole.

@@ -14,7 +14,7 @@ use mariner_disk::Disk;
 pub const SLOT_BYTES: usize = 256 * 1024;
 pub const MAGIC: [u8; 8] = *b"MRHSTATE";
 pub const VERSION: u16 = 1;
-pub const HEADER_LEN: usize = 48;
+pub const HEADER_LEN: usize = 56;
 pub const VOLUME_LEN: usize = 80;
 /// Volumes one slot holds.
 pub const MAX_VOLUMES: usize = (SLOT_BYTES - HEADER_LEN) / VOLUME_LEN;
@@ -28,8 +28,9 @@ mod h {
     pub const GENERATION: usize = 16;
     pub const INDEXED_SEQ: usize = 24;
     pub const INDEXED_TS: usize = 32;
-    pub const CRC: usize = 40;
-    pub const RESERVED2: usize = 44;
+    pub const PRUNED_SEQ: usize = 40;
+    pub const CRC: usize = 48;
+    pub const RESERVED2: usize = 52;
     const _: () = assert!(RESERVED2 + 4 == super::HEADER_LEN);
 }
 
@@ -86,6 +87,9 @@ pub struct State {
     /// Every record up to this log sequence number is in the digests and the index, durably.
     pub indexed_seq: u64,
     pub indexed_ts: u64,
+    /// The index entries of every record up to this log sequence number that the bases
+    /// hold are removed (the ones above it, up to the bases, are removed next).
+    pub pruned_seq: u64,
     pub volumes: BTreeMap<u32, VolumeState>,
 }
 
@@ -116,6 +120,7 @@ impl State {
         b[h::GENERATION..h::GENERATION + 8].copy_from_slice(&self.generation.to_le_bytes());
         b[h::INDEXED_SEQ..h::INDEXED_SEQ + 8].copy_from_slice(&self.indexed_seq.to_le_bytes());
         b[h::INDEXED_TS..h::INDEXED_TS + 8].copy_from_slice(&self.indexed_ts.to_le_bytes());
+        b[h::PRUNED_SEQ..h::PRUNED_SEQ + 8].copy_from_slice(&self.pruned_seq.to_le_bytes());
         for (i, (&id, s)) in self.volumes.iter().enumerate() {
             let e = &mut b[HEADER_LEN + i * VOLUME_LEN..HEADER_LEN + (i + 1) * VOLUME_LEN];
             e[v::VOLUME..v::VOLUME + 4].copy_from_slice(&id.to_le_bytes());
@@ -207,6 +212,7 @@ impl State {
             generation: u64_at(b, h::GENERATION),
             indexed_seq: u64_at(b, h::INDEXED_SEQ),
             indexed_ts: u64_at(b, h::INDEXED_TS),
+            pruned_seq: u64_at(b, h::PRUNED_SEQ),
             volumes,
         }))
     }
@@ -308,6 +314,7 @@ mod tests {
             generation: 7,
             indexed_seq: 130,
             indexed_ts: 1_300,
+            pruned_seq: 80,
             volumes,
         }
     }

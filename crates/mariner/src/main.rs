@@ -88,6 +88,13 @@ struct ServeArgs {
     /// Size of the default volume created in a new data directory [default: 1GiB].
     #[arg(long, value_parser = parse_size, allow_hyphen_values = true)]
     default_volume_size: Option<ByteSize>,
+    /// Keep no history (continuous data protection off; see [history] in docs/CONFIG.md).
+    #[arg(long)]
+    no_history: bool,
+    /// The protection window: every write this recent stays readable, e.g. 7d, 12h, 30m
+    /// [default: 7d].
+    #[arg(long, value_parser = humantime::parse_duration)]
+    history_window: Option<std::time::Duration>,
     /// Test only: hold unsynced writes in memory so kill -9 loses them.
     #[arg(long, hide = true)]
     test_volatile: bool,
@@ -260,6 +267,13 @@ fn serve_config(a: &ServeArgs) -> Result<Config, String> {
         cfg.volume.default_size = s;
     }
     cfg.log.direct_io |= a.direct_io;
+    if a.no_history {
+        cfg.history.enabled = false;
+    }
+    if let Some(w) = a.history_window {
+        cfg.history.window = w;
+        cfg.history.min_window = cfg.history.min_window.min(w);
+    }
     cfg.test.volatile |= a.test_volatile;
     cfg.test.pause_apply |= a.test_pause_apply;
     if a.test_fail_log_after.is_some() {

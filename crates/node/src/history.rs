@@ -40,8 +40,8 @@ pub(crate) fn config(cfg: &Config) -> HistoryConfig {
             block_count: h.index_size.as_u64() / 4096,
             block_bytes: 4096,
             memory_budget_bytes: usize::try_from(h.index_memory.as_u64()).unwrap_or(usize::MAX),
-            log_bytes: 128 << 20,
-            log_segment_bytes: 4 << 20,
+            log_bytes: 32 << 20,
+            log_segment_bytes: 1 << 20,
             background: Some(std::time::Duration::from_millis(10)),
         },
         kind: match h.policy {
