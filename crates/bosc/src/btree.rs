@@ -97,6 +97,9 @@ pub struct TreeStats {
     /// Leaves known from a router image whose count the background refresher read before
     /// a put did.
     pub counts_refreshed_in_background: AtomicU64,
+    /// Leaves [`BPlusTree::newest_at_or_before`] searched (its cost beyond the router: the
+    /// bound history's lookups state).
+    pub predecessor_leaves: AtomicU64,
 }
 
 /// Changes staged for one group commit, and the blocks they touch.
@@ -328,10 +331,7 @@ impl BPlusTree {
                     l.set_records_max(n);
                 }
             }
-            changes.push(Change::modify(
-                leaf.block(),
-                encode_mod(TAG_DELETE, key, 0),
-            ));
+            changes.push(Change::modify(leaf.block(), encode_mod(TAG_DELETE, key, 0)));
         }
         self.bosc.modify_batch(changes)?;
         Ok(())
@@ -515,6 +515,9 @@ impl BPlusTree {
         let mut hi = r.next_fence(r.leaf_for(target)?.0);
         for (fence, leaf) in r.leaves.range(..=Fence::from(target)).rev() {
             let fence = fence.key();
+            self.stats
+                .predecessor_leaves
+                .fetch_add(1, Ordering::Relaxed);
             let found = self.bosc.query(leaf.block(), |p| {
                 let v = LeafView::checked(leaf.block(), p)?;
                 let end = match v.search(&target) {

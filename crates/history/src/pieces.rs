@@ -107,7 +107,8 @@ pub fn covering(sector: u64) -> [Piece; LEVELS] {
 /// record's extent is: volumes have blocks of at least [`SECTOR`] bytes).
 pub fn sectors_of(offset: u64, length: u64) -> Option<(u64, u64)> {
     let end = offset.checked_add(length)?;
-    (offset.is_multiple_of(SECTOR) && end.is_multiple_of(SECTOR)).then_some((offset / SECTOR, end / SECTOR))
+    (offset.is_multiple_of(SECTOR) && end.is_multiple_of(SECTOR))
+        .then_some((offset / SECTOR, end / SECTOR))
 }
 
 #[cfg(test)]
