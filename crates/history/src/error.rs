@@ -19,4 +19,8 @@ pub enum HistoryError {
     Index(#[from] mariner_bosc::Error),
     #[error("{0}")]
     Config(String),
+    #[error("digest append refused: {0}")]
+    DigestAppend(String),
+    #[error("digests unusable after an earlier failure ({0}); reopen them")]
+    DigestsFailed(String),
 }

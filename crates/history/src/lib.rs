@@ -18,6 +18,7 @@
 
 pub mod digest;
 mod error;
+pub mod fuzzing;
 pub mod pieces;
 
 pub use error::HistoryError;
