@@ -92,7 +92,8 @@ mod entry {
 const _: () = assert!(entry::RESERVED + 7 == ENTRY_LEN);
 
 /// Why bytes do not decode, and where: `at` is relative to the start of the slice given to
-/// the decoder (the caller adds where that slice lies in the file).
+/// the decoder (the caller adds where that slice lies in the file). A checksum mismatch is
+/// reported at the start of the bytes the checksum covers: the damage is at or after `at`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Damage {
     pub at: u64,
@@ -168,7 +169,7 @@ pub fn decode_file_header(b: &[u8]) -> Result<u64, Damage> {
         return damage(file::MAGIC, "not a digest file (bad magic)");
     }
     if crc32c::crc32c(&b[..file::CRC]) != get_u32(b, file::CRC) {
-        return damage(file::CRC, "file header checksum mismatch");
+        return damage(0, "file header checksum mismatch");
     }
     let version = get_u16(b, file::VERSION);
     if version != VERSION {
@@ -276,7 +277,7 @@ pub fn decode_frame_header(b: &[u8]) -> Result<FrameHeader, Damage> {
         return damage(frame::MAGIC, "no frame here (bad magic)");
     }
     if crc32c::crc32c(&b[..frame::HEADER_CRC]) != get_u32(b, frame::HEADER_CRC) {
-        return damage(frame::HEADER_CRC, "frame header checksum mismatch");
+        return damage(0, "frame header checksum mismatch");
     }
     let version = get_u16(b, frame::VERSION);
     if version != VERSION {

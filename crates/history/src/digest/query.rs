@@ -151,8 +151,8 @@ impl Digests {
 
     /// Calls `f` for every entry of `volume` with a timestamp in `[from_ts, to_ts]`, in
     /// sequence order. Assumes, like [`Self::newest_at_or_before`], that the volume's
-    /// timestamps do not decrease with its numbers: the walk starts at the last sample at or
-    /// before `from_ts` and stops at the first frame whose entries of the volume all come
+    /// timestamps do not decrease with its numbers: the walk starts at the last sample before
+    /// `from_ts` and stops at the first frame whose entries of the volume all come
     /// after `to_ts`; frames of the volume entirely before `from_ts` are skipped unread.
     pub fn for_each_in_time(
         &self,
@@ -167,10 +167,7 @@ impl Digests {
         if to_ts < from_ts {
             return Ok(());
         }
-        let start = v
-            .list
-            .partition_point(|s| s.ts <= from_ts)
-            .saturating_sub(1);
+        let start = v.list.partition_point(|s| s.ts < from_ts).saturating_sub(1);
         self.walk_samples(&v.list[start..], volume, |file, head, s| {
             if s.min_ts > to_ts {
                 return Ok(Flow::Break(()));
