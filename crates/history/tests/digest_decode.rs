@@ -54,7 +54,8 @@ fn a_resealed_frame_decodes_only_when_unchanged() {
     assert_eq!(format::decode_frame(&b).unwrap(), entries());
     // 3 summaries (volumes 3, 5, 9) then 6 entries.
     let entry0 = FRAME_HEADER_LEN + 3 * SUMMARY_LEN;
-    let cases: Vec<(&str, Box<dyn Fn(&mut Vec<u8>)>)> = vec![
+    type Edit = Box<dyn Fn(&mut Vec<u8>)>;
+    let cases: Vec<(&str, Edit)> = vec![
         ("entry reserved byte", Box::new(move |b| b[entry0 + 50] = 1)),
         ("unknown kind 0", Box::new(move |b| b[entry0 + 48] = 0)),
         ("unknown kind 9", Box::new(move |b| b[entry0 + 48] = 9)),
@@ -102,7 +103,7 @@ fn a_file_image_needs_its_frames_in_order_from_its_first_sequence_number() {
     let e = entries();
     let good = format::encode_file_image(50, &[e[..3].to_vec(), e[3..].to_vec()]);
     assert!(format::decode_file_image(&good).is_ok());
-    let wrong_start = format::encode_file_image(49, &[e.clone()]);
+    let wrong_start = format::encode_file_image(49, std::slice::from_ref(&e));
     assert!(format::decode_file_image(&wrong_start).is_err());
     let mut swapped = format::encode_file_header(53).to_vec();
     swapped.extend(format::encode_frame(&e[3..]));

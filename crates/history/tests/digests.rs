@@ -75,8 +75,7 @@ fn all(d: &Digests, volume: Option<u32>) -> Vec<DigestEntry> {
 
 fn model_newest(m: &[DigestEntry], volume: u32, ts: u64) -> Option<DigestEntry> {
     m.iter()
-        .filter(|e| e.volume == volume && e.timestamp_ns <= ts)
-        .next_back()
+        .rfind(|e| e.volume == volume && e.timestamp_ns <= ts)
         .copied()
 }
 
