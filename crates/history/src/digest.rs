@@ -44,6 +44,7 @@ mod open;
 mod query;
 mod samples;
 
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -162,7 +163,6 @@ impl Digests {
         let Some(f) = self.files.last_mut() else {
             return Err(HistoryError::DigestsFailed("no file to append to".into()));
         };
-        use std::os::unix::fs::FileExt;
         let at = f.len;
         f.file.write_all_at(&bytes, at).map_err(|e| f.io(e))?;
         f.len += len;

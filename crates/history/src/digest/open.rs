@@ -1,6 +1,7 @@
 //! Opening the digests: validate every file's header and every frame's header and summaries,
 //! read the newest file whole, cut a torn tail, rebuild the samples.
 
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::atomic::AtomicU64;
 
@@ -75,7 +76,6 @@ impl Digests {
     ) -> Result<u64, HistoryError> {
         let counter = AtomicU64::new(0);
         let mut header = vec![0u8; FILE_HEADER_LEN.min(f.len as usize)];
-        use std::os::unix::fs::FileExt;
         f.file.read_exact_at(&mut header, 0).map_err(|e| f.io(e))?;
         let checked = format::decode_file_header(&header).and_then(|seq| {
             if seq == f.first_seq {
