@@ -445,6 +445,14 @@ fn samples_stay_within_their_bound() {
     let read = d.bytes_read() - before;
     let frame = (FRAME_HEADER_LEN + 4 * SUMMARY_LEN + 50 * ENTRY_LEN) as u64;
     assert!(read <= 8 * frame, "read {read}");
+    // By time: the heads of a sample's stretch (about 256 entries of the volume, 21 frames
+    // here) and the entries of one frame.
+    let before = d.bytes_read();
+    let e = d.newest_at_or_before(2, e.timestamp_ns).unwrap().unwrap();
+    assert_eq!((e.volume, e.volume_seq), (2, 3000));
+    let read = d.bytes_read() - before;
+    let head = (FRAME_HEADER_LEN + 4 * SUMMARY_LEN) as u64;
+    assert!(read <= 25 * head + 50 * ENTRY_LEN as u64, "read {read}");
 }
 
 proptest! {

@@ -16,8 +16,9 @@ type Flow = ControlFlow<()>;
 impl Digests {
     /// The newest entry of `volume` whose timestamp is at most `ts`, if one is kept. Assumes
     /// the volume's timestamps do not decrease as its volume sequence numbers rise. Reads the
-    /// frames between one sample and the next: at most about [`super::SAMPLE_ENTRIES`] of
-    /// the volume's entries or [`super::SAMPLE_NS`] of its time, plus one frame.
+    /// heads of the frames between one sample and the next (at most about
+    /// [`super::SAMPLE_ENTRIES`] of the volume's entries or [`super::SAMPLE_NS`] of its time
+    /// apart) and the entries of one frame.
     pub fn newest_at_or_before(
         &self,
         volume: u32,
@@ -30,19 +31,26 @@ impl Digests {
         let Some(start) = i.checked_sub(1) else {
             return Ok(None);
         };
-        let mut best = None;
+        // The answer is in the last frame of the volume whose smallest timestamp for it is at
+        // most `ts` (later ones start after `ts`): find it by heads, then read its entries.
+        let mut last: Option<(u64, Head)> = None;
         self.walk_samples(&v.list[start..=start], volume, |file, head, s| {
             if s.min_ts > ts {
                 return Ok(Flow::Break(()));
             }
-            for e in file.entries(head, &self.bytes_read)? {
-                if e.volume == volume && e.timestamp_ns <= ts {
-                    best = Some(e);
-                }
-            }
+            last = Some((file.first_seq, head.clone()));
             Ok(Flow::Continue(()))
         })?;
-        Ok(best)
+        let Some((first_seq, head)) = last else {
+            return Ok(None);
+        };
+        let Ok(fi) = self.files.binary_search_by_key(&first_seq, |f| f.first_seq) else {
+            return Ok(None);
+        };
+        Ok(self.files[fi]
+            .entries(&head, &self.bytes_read)?
+            .into_iter()
+            .rfind(|e| e.volume == volume && e.timestamp_ns <= ts))
     }
 
     /// The entry of `volume` numbered `volume_seq`, if kept (0, "not numbered", finds none).
