@@ -27,8 +27,8 @@
 //! watermark past records only once their digests are synced, so it appends them again from
 //! the log from [`Digests::last_seq`] on.
 //!
-//! **Lookups** binary-search the in-memory samples ([`samples`]) and read a bounded run of
-//! frames from there. [`Digests::newest_at_or_before`] and [`Digests::for_each_in_time`]
+//! **Lookups** binary-search the in-memory samples (`digest/samples.rs`) and read a bounded
+//! run of frames from there. [`Digests::newest_at_or_before`] and [`Digests::for_each_in_time`]
 //! assume a volume's timestamps do not decrease as its volume sequence numbers rise (the log
 //! stamps timestamps that rise with sequence numbers); [`Digests::by_volume_seq`] and
 //! [`Digests::for_each`] assume nothing about order.
@@ -255,7 +255,7 @@ impl Digests {
         self.bytes_read.load(Ordering::Relaxed)
     }
 
-    /// In-memory samples over all volumes (see [`samples`] for the bound).
+    /// In-memory samples over all volumes (`digest/samples.rs` gives their bound).
     pub fn samples(&self) -> usize {
         self.samples.len()
     }
