@@ -1,1 +1,267 @@
-//! TL digests (being written: see the history issue's M2).
+//! TL digests: a durable, append-only record of every durable log record's metadata (a
+//! [`DigestEntry`]), in sequence order — lu-dissertation ch. 4's TL index, time-major. The
+//! log is already in time order, so the TL index needs no tree: the digests are the log's
+//! headers without payloads, and a sparse in-memory map from time (and volume sequence
+//! number) to their position. Time → instant resolution, diff ("which extents of volume V
+//! changed between T1 and T2"), activity ("writes and bytes per time bucket") and the base
+//! images' roll-forward read them and never a payload.
+//!
+//! **Files.** `<dir>/<first_seq:016x>.tld`, each a file header then frames, a new file once
+//! the current one would pass `file_bytes` (64 MiB by default), so that
+//! [`Digests::drop_through`] frees space in whole files. A frame is what one
+//! [`Digests::append`] gives (split at [`format::MAX_FRAME_ENTRIES`]): a header, one summary
+//! per volume in it, then 56-byte entries (docs/FORMATS.md "History: TL digests").
+//!
+//! **Checksums.** Three per frame: the header's own, then one over the summaries and one over
+//! the entries, both kept in the header. The header is trusted before its lengths are used;
+//! open and queries that skip a frame read header and summaries only, and the entries'
+//! checksum is checked when they are read.
+//!
+//! **Crash and damage.** Only the newest file is ever appended to: a file is synced before
+//! the next one is created. Open checks every frame's header and summaries; the newest file
+//! is read whole and its entries checked too. A damaged frame of the newest file after which
+//! no intact frame follows is a torn tail, cut off (the file is truncated there, or removed if
+//! nothing is left, and [`DigestsOpen::truncated`] says why); damage anywhere else — an older
+//! file, or a frame followed by intact ones — is [`HistoryError::Corrupt`] with the file and
+//! byte offset. What a cut drops was never synced: the history engine moves its log
+//! watermark past records only once their digests are synced, so it appends them again from
+//! the log from [`Digests::last_seq`] on.
+//!
+//! **Lookups** binary-search the in-memory samples (`digest/samples.rs`) and read a bounded
+//! run of frames from there. [`Digests::newest_at_or_before`] and [`Digests::for_each_in_time`]
+//! assume a volume's timestamps do not decrease as its volume sequence numbers rise (the log
+//! stamps timestamps that rise with sequence numbers); [`Digests::by_volume_seq`] and
+//! [`Digests::for_each`] assume nothing about order.
+//!
+//! **Errors.** After a failed write or sync the state on disk is unknown: the digests refuse
+//! further appends and syncs ([`HistoryError::DigestsFailed`]) until reopened, which finds
+//! the last intact frame.
+
+pub mod format;
+
+mod files;
+mod open;
+mod query;
+mod samples;
+
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::{DigestEntry, HistoryError};
+use files::DigestFile;
+use format::{FILE_HEADER_LEN, MAX_FRAME_ENTRIES};
+use samples::Samples;
+
+pub use samples::{SAMPLE_ENTRIES, SAMPLE_NS};
+
+/// Default size at which a new file is started.
+pub const DEFAULT_FILE_BYTES: u64 = 64 << 20;
+
+/// How the digests are kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DigestsConfig {
+    /// A new file is started when a frame would take the current one past this (a frame
+    /// larger than it gets a file of its own). Tests make it small to get many files.
+    pub file_bytes: u64,
+}
+
+impl Default for DigestsConfig {
+    fn default() -> Self {
+        Self {
+            file_bytes: DEFAULT_FILE_BYTES,
+        }
+    }
+}
+
+/// What [`Digests::open`] found.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct DigestsOpen {
+    /// The highest sequence number kept (0 if none).
+    pub last_seq: u64,
+    /// Frames kept, over all files.
+    pub frames: u64,
+    pub files: u64,
+    /// Why a torn tail of the newest file was cut (file, offset, what was wrong), if one was.
+    pub truncated: Option<String>,
+}
+
+/// A directory of digest files; see the module documentation.
+#[derive(Debug)]
+pub struct Digests {
+    dir: PathBuf,
+    config: DigestsConfig,
+    /// Ascending by first sequence number; the last one is appended to.
+    files: Vec<DigestFile>,
+    samples: Samples,
+    last_seq: u64,
+    /// A file was created or removed since the directory was last synced.
+    dir_dirty: bool,
+    /// Set by a failed write or sync: why.
+    failed: Option<String>,
+    bytes_read: AtomicU64,
+}
+
+impl Digests {
+    /// Opens the digests in `dir` (created if missing) with the default configuration; see
+    /// [`Digests::open_with`].
+    pub fn open(dir: &Path) -> Result<(Self, DigestsOpen), HistoryError> {
+        Self::open_with(dir, DigestsConfig::default())
+    }
+
+    /// Appends one frame (more if `entries` exceeds [`MAX_FRAME_ENTRIES`]) holding
+    /// `entries`: non-empty, `seq` strictly ascending, the first above [`Self::last_seq`],
+    /// volumes mixed. Not durable until [`Self::sync`].
+    pub fn append(&mut self, entries: &[DigestEntry]) -> Result<(), HistoryError> {
+        self.check_usable()?;
+        let Some(first) = entries.first() else {
+            return Err(HistoryError::DigestAppend("no entries".into()));
+        };
+        if first.seq <= self.last_seq {
+            return Err(HistoryError::DigestAppend(format!(
+                "sequence number {} is not above the last one kept, {}",
+                first.seq, self.last_seq
+            )));
+        }
+        if let Some(w) = entries.windows(2).find(|w| w[1].seq <= w[0].seq) {
+            return Err(HistoryError::DigestAppend(format!(
+                "sequence number {} follows {}",
+                w[1].seq, w[0].seq
+            )));
+        }
+        for chunk in entries.chunks(MAX_FRAME_ENTRIES as usize) {
+            let r = self.append_frame(chunk);
+            if let Err(e) = &r {
+                self.failed = Some(e.to_string());
+            }
+            r?;
+        }
+        Ok(())
+    }
+
+    fn append_frame(&mut self, entries: &[DigestEntry]) -> Result<(), HistoryError> {
+        let (Some(first), Some(last)) = (entries.first(), entries.last()) else {
+            return Ok(());
+        };
+        let bytes = format::encode_frame(entries);
+        let len = bytes.len() as u64;
+        let roll = match self.files.last() {
+            None => true,
+            Some(f) => f.len > FILE_HEADER_LEN as u64 && f.len + len > self.config.file_bytes,
+        };
+        if roll {
+            // Only the newest file may hold a torn tail: seal the current one first.
+            if let Some(f) = self.files.last_mut() {
+                if f.dirty {
+                    f.file.sync_data().map_err(|e| f.io(e))?;
+                    f.dirty = false;
+                }
+            }
+            self.files.push(files::create(&self.dir, first.seq)?);
+            self.dir_dirty = true;
+        }
+        let Some(f) = self.files.last_mut() else {
+            return Err(HistoryError::DigestsFailed("no file to append to".into()));
+        };
+        let at = f.len;
+        f.file.write_all_at(&bytes, at).map_err(|e| f.io(e))?;
+        f.len += len;
+        f.last_seq = last.seq;
+        f.dirty = true;
+        let (summaries, _, _) = format::summarize(entries);
+        self.samples
+            .add_frame(f.first_seq, at, first.seq, &summaries);
+        self.last_seq = last.seq;
+        Ok(())
+    }
+
+    /// Makes what was appended durable: fdatasync of the current file, and of the directory
+    /// if a file was created or removed since.
+    pub fn sync(&mut self) -> Result<(), HistoryError> {
+        self.check_usable()?;
+        let r = self.sync_inner();
+        if let Err(e) = &r {
+            self.failed = Some(e.to_string());
+        }
+        r
+    }
+
+    fn sync_inner(&mut self) -> Result<(), HistoryError> {
+        if let Some(f) = self.files.last_mut() {
+            if f.dirty {
+                f.file.sync_data().map_err(|e| f.io(e))?;
+                f.dirty = false;
+            }
+        }
+        if self.dir_dirty {
+            files::sync_dir(&self.dir)?;
+            self.dir_dirty = false;
+        }
+        Ok(())
+    }
+
+    fn check_usable(&self) -> Result<(), HistoryError> {
+        match &self.failed {
+            Some(why) => Err(HistoryError::DigestsFailed(why.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// The highest sequence number appended (0 if none).
+    pub fn last_seq(&self) -> u64 {
+        self.last_seq
+    }
+
+    /// Deletes the files all of whose entries have `seq <= seq` (the history engine calls it
+    /// as records leave the window), never the one being appended to. Returns the bytes freed.
+    pub fn drop_through(&mut self, seq: u64) -> Result<u64, HistoryError> {
+        let keep_last = self.files.len().saturating_sub(1);
+        let n = self.files[..keep_last]
+            .iter()
+            .take_while(|f| f.last_seq <= seq)
+            .count();
+        if n == 0 {
+            return Ok(0);
+        }
+        // Removed files leave the list one by one, so a failed removal leaves the list true.
+        let (mut freed, mut removed, mut result) = (0u64, 0usize, Ok(()));
+        for f in &self.files[..n] {
+            if let Err(e) = std::fs::remove_file(&f.path) {
+                result = Err(f.io(e));
+                break;
+            }
+            freed += f.len;
+            removed += 1;
+        }
+        if let Some(last) = removed.checked_sub(1).map(|i| self.files[i].first_seq) {
+            self.samples.drop_files_through(last);
+        }
+        self.files.drain(..removed);
+        result?;
+        self.dir_dirty = true;
+        files::sync_dir(&self.dir)?;
+        self.dir_dirty = false;
+        Ok(freed)
+    }
+
+    /// Bytes of the digest files on disk.
+    pub fn bytes(&self) -> u64 {
+        self.files.iter().map(|f| f.len).sum()
+    }
+
+    /// Bytes read from the files by queries since open (not counting open itself): tests and
+    /// benchmarks use it to show what a query skips.
+    pub fn bytes_read(&self) -> u64 {
+        self.bytes_read.load(Ordering::Relaxed)
+    }
+
+    /// In-memory samples over all volumes (`digest/samples.rs` gives their bound).
+    pub fn samples(&self) -> usize {
+        self.samples.len()
+    }
+
+    /// Files kept.
+    pub fn files(&self) -> usize {
+        self.files.len()
+    }
+}

@@ -20,7 +20,7 @@ use mariner_disk::Disk;
 use mariner_log::clock::{Clock, SystemClock};
 use mariner_log::{Durable, DurableSink, HoldKind, Holder, HolderSpec, Log, RecordKind, Recovery};
 
-use crate::digest_stub::Digests;
+use crate::digest::Digests;
 use crate::files::{FileUse, Files};
 use crate::index::{IndexConfig, LtIndex};
 use crate::state::{State, VolumeState, FLAG_BROKEN, FLAG_DELETED};
@@ -196,6 +196,13 @@ impl History {
             .map(|(&id, v)| (id, v.levels))
             .collect();
         let index = LtIndex::open(files.as_ref(), &cfg.index, levels)?;
+        let dir = files
+            .subdir("digests")
+            .map_err(io_err(files.as_ref(), "digests"))?;
+        let (digests, opened) = Digests::open(&dir)?;
+        if let Some(why) = &opened.truncated {
+            tracing::warn!(why = %why, "history digests: a torn tail was cut");
+        }
         let mut bases = BTreeMap::new();
         let mut views = BTreeMap::new();
         for (&id, v) in &state.volumes {
@@ -221,7 +228,7 @@ impl History {
             state_disk,
             state: Mutex::new(state),
             index,
-            digests: Mutex::new(Digests::default()),
+            digests: Mutex::new(digests),
             tail: RwLock::new(Tail::default()),
             views: RwLock::new(views),
             bases: Mutex::new(bases),

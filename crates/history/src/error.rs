@@ -31,4 +31,8 @@ pub enum HistoryError {
     UnknownVolume(u32),
     #[error("bytes {offset}+{len} are not whole 512-byte sectors of the volume, or lie past its end ({size} bytes)")]
     BadRange { offset: u64, len: u64, size: u64 },
+    #[error("digest append refused: {0}")]
+    DigestAppend(String),
+    #[error("digests unusable after an earlier failure ({0}); reopen them")]
+    DigestsFailed(String),
 }

@@ -1,0 +1,286 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+//! Golden file for the TL digest format (docs/FORMATS.md, "History: TL digests").
+//!
+//! A small fixed digest — two frames, every record kind, four volumes — is written by
+//! `Digests` itself and compared byte for byte with `tests/golden/digest_v1.tld`; the
+//! committed file is then decoded and compared with the entries, encoded again from them, and
+//! opened as a digest directory. A change to the byte layout therefore fails here until the
+//! file is regenerated on purpose (and the format version and docs changed with it):
+//!
+//! ```text
+//! MARINER_REGENERATE_GOLDEN=1 cargo test -p mariner-history --test golden
+//! ```
+
+use mariner_history::digest::format::{
+    self, ENTRY_LEN, FILE_HEADER_LEN, FRAME_HEADER_LEN, MAX_FRAME_ENTRIES, SUMMARY_LEN, VERSION,
+};
+use mariner_history::digest::Digests;
+use mariner_history::DigestEntry;
+use mariner_log::{LogAddr, RecordKind};
+
+#[path = "../../../tests/support/golden.rs"]
+mod support;
+use support::{each_damaged_byte, golden};
+
+const FIRST_SEQ: u64 = 1001;
+const T0: u64 = 1_700_000_000_000_000_000;
+
+#[allow(clippy::too_many_arguments)]
+fn e(
+    seq: u64,
+    volume: u32,
+    kind: RecordKind,
+    volume_seq: u64,
+    dt: u64,
+    offset: u64,
+    length: u32,
+    addr: u64,
+) -> DigestEntry {
+    DigestEntry {
+        seq,
+        volume,
+        kind,
+        volume_seq,
+        timestamp_ns: T0 + dt,
+        offset,
+        length,
+        addr: LogAddr(addr),
+    }
+}
+
+/// The fixed frames: one record of each kind over volumes 0 (the void), 7, 8 and 9, then two
+/// more writes of volume 7 after a gap in the sequence numbers.
+fn frames() -> Vec<Vec<DigestEntry>> {
+    let at = |off: u64| LogAddr::new(1, (64 << 10) + off).0;
+    vec![
+        vec![
+            e(
+                1001,
+                7,
+                RecordKind::Write,
+                41,
+                10,
+                0x0001_0000_2000,
+                512,
+                at(0),
+            ),
+            e(
+                1002,
+                7,
+                RecordKind::Trim,
+                42,
+                20,
+                0x40_0000,
+                1 << 20,
+                at(1024),
+            ),
+            e(
+                1003,
+                8,
+                RecordKind::WriteZeroes,
+                3,
+                30,
+                0x10_0000,
+                64 << 10,
+                at(1104),
+            ),
+            e(1004, 0, RecordKind::Void, 0, 40, 0, 0, at(1184)),
+            e(
+                1005,
+                9,
+                RecordKind::VolumeCreated,
+                1,
+                50,
+                10 << 30,
+                4096,
+                at(1536),
+            ),
+            e(
+                1006,
+                9,
+                RecordKind::VolumeResized,
+                2,
+                60,
+                20 << 30,
+                0,
+                at(1616),
+            ),
+            e(1007, 9, RecordKind::VolumeDeleted, 3, 70, 0, 0, at(1696)),
+            e(1008, 7, RecordKind::HistoryGap, 43, 80, T0 + 5, 0, at(2048)),
+        ],
+        vec![
+            e(
+                1010,
+                7,
+                RecordKind::Write,
+                44,
+                1_000_000_090,
+                8192,
+                4096,
+                at(4096),
+            ),
+            e(
+                1011,
+                7,
+                RecordKind::Write,
+                45,
+                1_000_000_090,
+                12288,
+                4096,
+                at(8704),
+            ),
+        ],
+    ]
+}
+
+/// The file `Digests` writes for [`frames`].
+fn written() -> Vec<u8> {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut d, _) = Digests::open(dir.path()).unwrap();
+    for f in frames() {
+        d.append(&f).unwrap();
+    }
+    d.sync().unwrap();
+    std::fs::read(dir.path().join(format!("{FIRST_SEQ:016x}.tld"))).unwrap()
+}
+
+fn committed() -> Vec<u8> {
+    golden("digest_v1.tld", &written())
+}
+
+#[test]
+fn the_golden_digest_decodes_to_its_entries_and_encodes_back() {
+    let committed = committed();
+    // 32-byte file header; frame 1: 64 + 4 summaries + 8 entries; frame 2: 64 + 40 + 2 × 56.
+    assert_eq!(
+        committed.len(),
+        32 + (64 + 4 * 40 + 8 * 56) + (64 + 40 + 2 * 56)
+    );
+    let (first_seq, decoded) = format::decode_file_image(&committed).unwrap();
+    assert_eq!(first_seq, FIRST_SEQ);
+    assert_eq!(decoded, frames());
+    assert_eq!(format::encode_file_image(FIRST_SEQ, &decoded), committed);
+}
+
+#[test]
+fn the_golden_digest_opens_as_a_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("00000000000003e9.tld"), committed()).unwrap();
+    let (d, opened) = Digests::open(dir.path()).unwrap();
+    assert_eq!((opened.last_seq, opened.frames, opened.files), (1011, 2, 1));
+    assert_eq!(opened.truncated, None);
+    let mut all = Vec::new();
+    d.for_each(0, u64::MAX, None, |e| {
+        all.push(*e);
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(all, frames().concat());
+    let newest = d.newest_at_or_before(7, T0 + 1_000_000_000).unwrap();
+    assert_eq!(newest.map(|e| e.seq), Some(1008));
+    assert_eq!(d.by_volume_seq(9, 2).unwrap().map(|e| e.seq), Some(1006));
+}
+
+#[test]
+fn every_damaged_byte_of_the_golden_digest_is_caught() {
+    let committed = committed();
+    each_damaged_byte(&committed, |c, i, mask| {
+        assert!(
+            format::decode_file_image(c).is_err(),
+            "byte {i} ^ {mask:#04x} went unnoticed"
+        );
+    });
+    for len in 0..committed.len() {
+        let cut = &committed[..len];
+        // A cut at a frame boundary is a shorter, valid file; anywhere else it is damage.
+        let boundary = [32, 32 + 64 + 4 * 40 + 8 * 56].contains(&len);
+        assert_eq!(
+            format::decode_file_image(cut).is_ok(),
+            boundary,
+            "cut to {len}"
+        );
+    }
+}
+
+fn le_u16(b: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes(b[at..at + 2].try_into().unwrap())
+}
+fn le_u32(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().unwrap())
+}
+fn le_u64(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().unwrap())
+}
+
+#[test]
+fn constants_are_the_documented_ones() {
+    assert_eq!(format::FILE_MAGIC, *b"MRNRTLD\0");
+    assert_eq!(format::FRAME_MAGIC, *b"TLDF");
+    assert_eq!(VERSION, 1);
+    assert_eq!(
+        (FILE_HEADER_LEN, FRAME_HEADER_LEN, SUMMARY_LEN, ENTRY_LEN),
+        (32, 64, 40, 56)
+    );
+    assert_eq!(MAX_FRAME_ENTRIES, 65536);
+}
+
+/// The tables of docs/FORMATS.md: fields at their documented offsets, checksums over the
+/// documented ranges.
+#[test]
+fn fields_sit_at_documented_offsets() {
+    let b = committed();
+    let fr = frames();
+    // File header.
+    assert_eq!(&b[0..8], b"MRNRTLD\0");
+    assert_eq!(le_u16(&b, 8), 1);
+    assert!(b[10..16].iter().all(|&x| x == 0));
+    assert_eq!(le_u64(&b, 16), FIRST_SEQ);
+    assert_eq!(le_u32(&b, 24), 0);
+    assert_eq!(le_u32(&b, 28), crc32c::crc32c(&b[0..28]));
+    // Frame 1 header at 32.
+    let h = &b[32..32 + 64];
+    assert_eq!(&h[0..4], b"TLDF");
+    assert_eq!(le_u16(h, 4), 1);
+    assert_eq!(le_u16(h, 6), 0);
+    assert_eq!(le_u32(h, 8), 8, "entries");
+    assert_eq!(le_u32(h, 12), 4, "volumes");
+    assert_eq!(le_u64(h, 16), 1001, "first_seq");
+    assert_eq!(le_u64(h, 24), 1008, "last_seq");
+    assert_eq!(le_u64(h, 32), T0 + 10, "min_ts");
+    assert_eq!(le_u64(h, 40), T0 + 80, "max_ts");
+    let summaries = &b[96..96 + 4 * 40];
+    let entries = &b[96 + 4 * 40..96 + 4 * 40 + 8 * 56];
+    assert_eq!(le_u32(h, 48), crc32c::crc32c(summaries));
+    assert_eq!(le_u32(h, 52), crc32c::crc32c(entries));
+    assert_eq!(le_u32(h, 56), 0);
+    assert_eq!(le_u32(h, 60), crc32c::crc32c(&h[0..60]));
+    // Summaries, volumes ascending: 0, 7, 8, 9. Volume 7: three entries, numbers 41..43.
+    let volumes: Vec<u32> = (0..4).map(|i| le_u32(summaries, i * 40)).collect();
+    assert_eq!(volumes, [0, 7, 8, 9]);
+    let s7 = &summaries[40..80];
+    assert_eq!(le_u32(s7, 4), 3, "count");
+    assert_eq!(
+        (le_u64(s7, 8), le_u64(s7, 16)),
+        (41, 43),
+        "volume_seq min, max"
+    );
+    assert_eq!(
+        (le_u64(s7, 24), le_u64(s7, 32)),
+        (T0 + 10, T0 + 80),
+        "ts min, max"
+    );
+    // Entries.
+    for (i, want) in fr[0].iter().enumerate() {
+        let x = &entries[i * 56..(i + 1) * 56];
+        assert_eq!(le_u64(x, 0), want.seq);
+        assert_eq!(le_u64(x, 8), want.volume_seq);
+        assert_eq!(le_u64(x, 16), want.timestamp_ns);
+        assert_eq!(le_u64(x, 24), want.offset);
+        assert_eq!(le_u64(x, 32), want.addr.0);
+        assert_eq!(le_u32(x, 40), want.volume);
+        assert_eq!(le_u32(x, 44), want.length);
+        assert_eq!(x[48], want.kind.code());
+        assert!(x[49..56].iter().all(|&z| z == 0));
+    }
+}
