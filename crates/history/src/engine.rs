@@ -87,6 +87,8 @@ pub struct HistoryStats {
     /// Times the log cut history before the base had what it cut.
     pub cuts: AtomicU64,
     pub reads: AtomicU64,
+    /// Reads that took some sectors from a base image.
+    pub base_reads: AtomicU64,
     /// Roll-forwards a crash interrupted, finished at open.
     pub resumed_rolls: AtomicU64,
     /// Base images copied from a current image.
@@ -298,6 +300,7 @@ impl History {
         }
         inner.note_views();
         inner.note_newest()?;
+        inner.note_tail_newest();
         if inner.cfg.background {
             let me = Arc::clone(&self.inner);
             let t = std::thread::Builder::new()
@@ -402,6 +405,7 @@ impl DurableSink for History {
                 .write()
                 .unwrap_or_else(PoisonError::into_inner);
             for e in entries.iter().filter(|e| e.kind != RecordKind::Void) {
+                provisional_view(&mut views, e);
                 if let Some(v) = views.get_mut(&e.volume) {
                     if e.volume_seq > v.last_vseq {
                         v.last_vseq = e.volume_seq;
@@ -433,6 +437,29 @@ impl DigestEntry {
             addr,
         }
     }
+}
+
+/// A volume created while history is on can be read at once, before its creation record is
+/// indexed: its view starts with the empty base the indexer will make for it.
+fn provisional_view(views: &mut BTreeMap<u32, View>, e: &DigestEntry) {
+    if e.kind != RecordKind::VolumeCreated || views.contains_key(&e.volume) {
+        return;
+    }
+    views.insert(
+        e.volume,
+        View {
+            state: VolumeState {
+                block_size: e.length,
+                size: e.offset,
+                base_seq: e.seq,
+                base_vseq: e.volume_seq,
+                base_ts: e.timestamp_ns,
+                ..VolumeState::default()
+            },
+            last_vseq: e.volume_seq,
+            last_ts: e.timestamp_ns,
+        },
+    );
 }
 
 fn void_entry(seq: u64) -> DigestEntry {
@@ -699,6 +726,21 @@ impl Inner {
 }
 
 impl Inner {
+    /// Each volume's newest record among those replayed into the tail at start.
+    fn note_tail_newest(&self) {
+        let ix = lock(&self.indexer);
+        let mut views = self.views.write().unwrap_or_else(PoisonError::into_inner);
+        for e in ix.pending.values().filter(|e| e.kind != RecordKind::Void) {
+            provisional_view(&mut views, e);
+            if let Some(w) = views.get_mut(&e.volume) {
+                if e.volume_seq > w.last_vseq {
+                    w.last_vseq = e.volume_seq;
+                    w.last_ts = e.timestamp_ns;
+                }
+            }
+        }
+    }
+
     /// Where indexing continues (a new history starting at the store's watermark).
     pub(crate) fn set_next_seq(&self, seq: u64) {
         lock(&self.indexer).next_seq = seq;
