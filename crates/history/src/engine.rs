@@ -124,6 +124,8 @@ pub(crate) struct Inner {
     pub stats: HistoryStats,
     stop: AtomicBool,
     failed: Mutex<Option<String>>,
+    /// When history last warned that it shrank (warnings at most once a minute).
+    pub last_warning: Mutex<Option<Instant>>,
 }
 
 /// The indexer's own state.
@@ -245,6 +247,7 @@ impl History {
             stats: HistoryStats::default(),
             stop: AtomicBool::new(false),
             failed: Mutex::new(None),
+            last_warning: Mutex::new(None),
         };
         Ok(Self {
             inner: Arc::new(inner),
@@ -281,6 +284,23 @@ impl History {
             replayed.push(entry_of(&found.header, found.addr));
             Ok(())
         })?;
+        // The records history needs start right above what it indexed. If the log let go of
+        // some (it cut history while history was down or failed), the bases cannot have them:
+        // those volumes are broken until seeded again, and indexing goes on from what is there.
+        let first = replayed
+            .first()
+            .map(|e| e.seq)
+            .into_iter()
+            .chain(recovery.voided.iter().copied())
+            .min();
+        let lost_through = match first {
+            Some(f) if f > indexed + 1 => Some(f - 1),
+            None if recovery.last_seq > indexed => Some(recovery.last_seq),
+            _ => None,
+        };
+        if let Some(lost) = lost_through {
+            inner.lost(indexed, lost);
+        }
         {
             let mut tail = inner.tail.write().unwrap_or_else(PoisonError::into_inner);
             for e in &replayed {
@@ -380,6 +400,11 @@ impl History {
 
 impl DurableSink for History {
     fn durable(&self, records: &[Durable]) {
+        if self.inner.stop.load(Relaxed) {
+            // Stopped (or failed for good): keep nothing, or the tail would grow without end.
+            // The log lets go of history's space as of a shrinkable holder's.
+            return;
+        }
         let entries: Vec<DigestEntry> = records
             .iter()
             .map(|d| entry_of(&d.header, d.addr))
@@ -499,8 +524,18 @@ impl Inner {
                 }
             }
             if let Err(e) = self.step(true) {
-                tracing::error!(error = %e, "history stopped");
+                tracing::error!(
+                    error = %e,
+                    "history stopped: writes go on, but history is not kept until a restart"
+                );
                 *lock(&self.failed) = Some(e.to_string());
+                self.stop.store(true, Relaxed);
+                // Writers must not wait for a history that will not release again (under
+                // the throttle policy it holds like the store): let the log have it all.
+                // The next start finds the records it lacks gone and seeds again.
+                if let (Some(log), Some(h)) = (self.log.get(), self.holder.get()) {
+                    h.release(log.stats().durable_seq.load(Relaxed));
+                }
                 return;
             }
         }
@@ -726,6 +761,31 @@ impl Inner {
 }
 
 impl Inner {
+    /// Records `(indexed, lost]` are gone from the log: every volume whose base lacks any of
+    /// them is broken, and indexing continues above them.
+    fn lost(&self, indexed: u64, lost: u64) {
+        let mut st = lock(&self.state);
+        let mut broke = Vec::new();
+        for (&id, v) in st.volumes.iter_mut() {
+            if v.base_seq < lost && v.flags & FLAG_BROKEN == 0 {
+                v.flags |= FLAG_BROKEN;
+                broke.push(id);
+            }
+        }
+        st.indexed_seq = st.indexed_seq.max(lost);
+        drop(st);
+        lock(&self.indexer).next_seq = lost + 1;
+        self.stats.cuts.fetch_add(1, Relaxed);
+        tracing::warn!(
+            from = indexed + 1,
+            through = lost,
+            volumes = ?broke,
+            "history: the log no longer holds records history had not kept (it was cut while \
+             history was down or failed): those volumes' history starts again from their \
+             current images"
+        );
+    }
+
     /// Each volume's newest record among those replayed into the tail at start.
     fn note_tail_newest(&self) {
         let ix = lock(&self.indexer);
