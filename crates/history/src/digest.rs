@@ -6,7 +6,9 @@
 //! changed between T1 and T2"), activity ("writes and bytes per time bucket") and the base
 //! images' roll-forward read them and never a payload.
 //!
-//! **Files.** `<dir>/<first_seq:016x>.tld`, each a file header then frames, a new file once
+//! **Files.** `<prefix><first_seq:016x>.tld` among the history's [`Files`] (the engine's
+//! prefix is `digest-`, beside the index and state files; a [`Files`] of fault-injecting
+//! memory disks lets the model tests crash them), each a file header then frames, a new file once
 //! the current one would pass `file_bytes` (64 MiB by default), so that
 //! [`Digests::drop_through`] frees space in whole files. A frame is what one
 //! [`Digests::append`] gives (split at [`format::MAX_FRAME_ENTRIES`]): a header, one summary
@@ -44,10 +46,11 @@ mod open;
 mod query;
 mod samples;
 
-use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
+use crate::files::Files;
 use crate::{DigestEntry, HistoryError};
 use files::DigestFile;
 use format::{FILE_HEADER_LEN, MAX_FRAME_ENTRIES};
@@ -86,27 +89,40 @@ pub struct DigestsOpen {
     pub truncated: Option<String>,
 }
 
-/// A directory of digest files; see the module documentation.
-#[derive(Debug)]
+/// The digest files of one prefix; see the module documentation.
 pub struct Digests {
-    dir: PathBuf,
+    store: Arc<dyn Files>,
+    /// What every digest file's name starts with.
+    prefix: String,
     config: DigestsConfig,
     /// Ascending by first sequence number; the last one is appended to.
     files: Vec<DigestFile>,
     samples: Samples,
     last_seq: u64,
-    /// A file was created or removed since the directory was last synced.
+    /// A file was created since the directory was last synced.
     dir_dirty: bool,
     /// Set by a failed write or sync: why.
     failed: Option<String>,
     bytes_read: AtomicU64,
 }
 
+impl fmt::Debug for Digests {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Digests")
+            .field("prefix", &self.prefix)
+            .field("config", &self.config)
+            .field("files", &self.files)
+            .field("last_seq", &self.last_seq)
+            .field("failed", &self.failed)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Digests {
-    /// Opens the digests in `dir` (created if missing) with the default configuration; see
+    /// Opens the digests named `prefix…` in `store` with the default configuration; see
     /// [`Digests::open_with`].
-    pub fn open(dir: &Path) -> Result<(Self, DigestsOpen), HistoryError> {
-        Self::open_with(dir, DigestsConfig::default())
+    pub fn open(store: Arc<dyn Files>, prefix: &str) -> Result<(Self, DigestsOpen), HistoryError> {
+        Self::open_with(store, prefix, DigestsConfig::default())
     }
 
     /// Appends one frame (more if `entries` exceeds [`MAX_FRAME_ENTRIES`]) holding
@@ -153,18 +169,22 @@ impl Digests {
             // Only the newest file may hold a torn tail: seal the current one first.
             if let Some(f) = self.files.last_mut() {
                 if f.dirty {
-                    f.file.sync_data().map_err(|e| f.io(e))?;
+                    f.disk.sync().map_err(|e| f.io(e))?;
                     f.dirty = false;
                 }
             }
-            self.files.push(files::create(&self.dir, first.seq)?);
+            self.files
+                .push(files::create(self.store.as_ref(), &self.prefix, first.seq)?);
             self.dir_dirty = true;
         }
         let Some(f) = self.files.last_mut() else {
             return Err(HistoryError::DigestsFailed("no file to append to".into()));
         };
         let at = f.len;
-        f.file.write_all_at(&bytes, at).map_err(|e| f.io(e))?;
+        // Memory disks grow only through `set_len`. A crash may keep the longer length and
+        // not the bytes: zeros, which open cuts as a torn tail.
+        f.disk.set_len(at + len).map_err(|e| f.io(e))?;
+        f.disk.write_at(&bytes, at).map_err(|e| f.io(e))?;
         f.len += len;
         f.last_seq = last.seq;
         f.dirty = true;
@@ -175,8 +195,8 @@ impl Digests {
         Ok(())
     }
 
-    /// Makes what was appended durable: fdatasync of the current file, and of the directory
-    /// if a file was created or removed since.
+    /// Makes what was appended durable: sync of the current file, and of the directory if a
+    /// file was created since.
     pub fn sync(&mut self) -> Result<(), HistoryError> {
         self.check_usable()?;
         let r = self.sync_inner();
@@ -189,12 +209,12 @@ impl Digests {
     fn sync_inner(&mut self) -> Result<(), HistoryError> {
         if let Some(f) = self.files.last_mut() {
             if f.dirty {
-                f.file.sync_data().map_err(|e| f.io(e))?;
+                f.disk.sync().map_err(|e| f.io(e))?;
                 f.dirty = false;
             }
         }
         if self.dir_dirty {
-            files::sync_dir(&self.dir)?;
+            files::sync_dir(self.store.as_ref())?;
             self.dir_dirty = false;
         }
         Ok(())
@@ -224,9 +244,10 @@ impl Digests {
             return Ok(0);
         }
         // Removed files leave the list one by one, so a failed removal leaves the list true.
+        // [`Files::remove`] is durable when it returns.
         let (mut freed, mut removed, mut result) = (0u64, 0usize, Ok(()));
         for f in &self.files[..n] {
-            if let Err(e) = std::fs::remove_file(&f.path) {
+            if let Err(e) = self.store.remove(&f.name) {
                 result = Err(f.io(e));
                 break;
             }
@@ -238,9 +259,6 @@ impl Digests {
         }
         self.files.drain(..removed);
         result?;
-        self.dir_dirty = true;
-        files::sync_dir(&self.dir)?;
-        self.dir_dirty = false;
         Ok(freed)
     }
 

@@ -6,9 +6,11 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use mariner_history::digest::format::{ENTRY_LEN, FILE_HEADER_LEN, FRAME_HEADER_LEN, SUMMARY_LEN};
-use mariner_history::digest::{Digests, DigestsConfig};
+use mariner_history::digest::{Digests, DigestsConfig, DigestsOpen};
+use mariner_history::files::{DirFiles, Files};
 use mariner_history::{DigestEntry, HistoryError};
 use mariner_log::{LogAddr, RecordKind};
 use proptest::prelude::*;
@@ -57,6 +59,15 @@ impl Gen {
             })
             .collect()
     }
+}
+
+/// The digests' name prefix, as the history engine uses it.
+const PREFIX: &str = "digest-";
+
+/// The digests in a real directory.
+fn open_dir(dir: &Path, cfg: DigestsConfig) -> Result<(Digests, DigestsOpen), HistoryError> {
+    let files: Arc<dyn Files> = Arc::new(DirFiles::new(dir).unwrap());
+    Digests::open_with(files, PREFIX, cfg)
 }
 
 fn config(file_bytes: u64) -> DigestsConfig {
@@ -153,7 +164,7 @@ fn round_trip_over_many_files_and_reopen() {
     let dir = tempfile::tempdir().unwrap();
     let mut g = Gen::new();
     let mut model = Vec::new();
-    let (mut d, opened) = Digests::open_with(dir.path(), config(16 << 10)).unwrap();
+    let (mut d, opened) = open_dir(dir.path(), config(16 << 10)).unwrap();
     assert_eq!(opened.last_seq, 0);
     assert_eq!(
         (opened.frames, opened.files, opened.truncated),
@@ -179,7 +190,7 @@ fn round_trip_over_many_files_and_reopen() {
     let samples = d.samples();
     drop(d);
 
-    let (d, opened) = Digests::open_with(dir.path(), config(16 << 10)).unwrap();
+    let (d, opened) = open_dir(dir.path(), config(16 << 10)).unwrap();
     assert_eq!(opened.last_seq, model.last().unwrap().seq);
     assert_eq!(opened.frames, 200);
     assert_eq!(opened.files as usize, tld_files(dir.path()).len());
@@ -191,7 +202,7 @@ fn round_trip_over_many_files_and_reopen() {
 #[test]
 fn appends_that_break_the_order_are_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let (mut d, _) = Digests::open(dir.path()).unwrap();
+    let (mut d, _) = open_dir(dir.path(), DigestsConfig::default()).unwrap();
     let mut g = Gen::new();
     let f = g.frame(3, 2, 10);
     assert!(matches!(d.append(&[]), Err(HistoryError::DigestAppend(_))));
@@ -217,7 +228,7 @@ fn drop_through_frees_whole_files_and_keeps_the_rest_answerable() {
     let dir = tempfile::tempdir().unwrap();
     let mut g = Gen::new();
     let mut model = Vec::new();
-    let (mut d, _) = Digests::open_with(dir.path(), config(8 << 10)).unwrap();
+    let (mut d, _) = open_dir(dir.path(), config(8 << 10)).unwrap();
     for i in 0..120 {
         let f = g.frame(1 + i % 20, 3, 50_000_000);
         d.append(&f).unwrap();
@@ -247,7 +258,7 @@ fn drop_through_frees_whole_files_and_keeps_the_rest_answerable() {
     let model = kept;
     check_against_model(&d, &model, 3);
     drop(d);
-    let (mut d, _) = Digests::open_with(dir.path(), config(8 << 10)).unwrap();
+    let (mut d, _) = open_dir(dir.path(), config(8 << 10)).unwrap();
     check_against_model(&d, &model, 3);
     // Never the file being appended to.
     d.drop_through(u64::MAX).unwrap();
@@ -258,7 +269,7 @@ fn drop_through_frees_whole_files_and_keeps_the_rest_answerable() {
 /// Digests with frames over two files, and the offset of the newest file's last frame.
 fn two_files(dir: &Path) -> (Vec<DigestEntry>, u64, u64) {
     let mut g = Gen::new();
-    let (mut d, _) = Digests::open_with(dir, config(2048)).unwrap();
+    let (mut d, _) = open_dir(dir, config(2048)).unwrap();
     let mut model = Vec::new();
     while d.files() < 2 {
         let f = g.frame(4, 2, 1000);
@@ -299,7 +310,7 @@ fn a_torn_tail_is_cut_back_to_the_previous_frame() {
         let copy = tempfile::tempdir().unwrap();
         copy_dir(dir.path(), copy.path());
         f(&copy.path().join(newest.file_name().unwrap()));
-        let (mut d, opened) = Digests::open_with(copy.path(), config(2048)).unwrap();
+        let (mut d, opened) = open_dir(copy.path(), config(2048)).unwrap();
         (
             copy,
             opened,
@@ -320,7 +331,7 @@ fn a_torn_tail_is_cut_back_to_the_previous_frame() {
         assert_eq!(got, kept, "cut at {cut}");
         assert_eq!(opened.truncated.is_some(), cut > at, "cut at {cut}");
         again.unwrap();
-        let (d, _) = Digests::open_with(copy.path(), config(2048)).unwrap();
+        let (d, _) = open_dir(copy.path(), config(2048)).unwrap();
         assert_eq!(all(&d, None), model, "appended again after a cut at {cut}");
     }
     for i in at..len {
@@ -350,7 +361,7 @@ fn a_crash_before_the_first_frame_of_a_file_leaves_nothing_to_cut_but_the_file()
         .unwrap()
         .set_len(FILE_HEADER_LEN as u64 + 10)
         .unwrap();
-    let (d, opened) = Digests::open_with(dir.path(), config(2048)).unwrap();
+    let (d, opened) = open_dir(dir.path(), config(2048)).unwrap();
     assert!(opened.truncated.unwrap().contains("removed"));
     assert!(!first_seq_file.exists());
     let kept = all(&d, None);
@@ -377,7 +388,7 @@ fn a_flipped_byte_before_the_tail_is_corruption_with_path_and_offset() {
         std::fs::write(&p, &b).unwrap();
         // Open checks heads everywhere and entries in the newest file; the entries of an older
         // file are checked when a query reads them.
-        let found = Digests::open_with(copy.path(), config(2048))
+        let found = open_dir(copy.path(), config(2048))
             .and_then(|(d, _)| d.for_each(0, u64::MAX, None, |_| Ok(())));
         match found {
             Err(HistoryError::Corrupt {
@@ -400,7 +411,7 @@ fn a_flipped_byte_before_the_tail_is_corruption_with_path_and_offset() {
 fn a_walk_over_one_volume_reads_only_the_heads_of_frames_without_it() {
     let dir = tempfile::tempdir().unwrap();
     let mut g = Gen::new();
-    let (mut d, _) = Digests::open_with(dir.path(), config(1 << 20)).unwrap();
+    let (mut d, _) = open_dir(dir.path(), config(1 << 20)).unwrap();
     let (mut a_entries, mut b_frames, mut a_frames) = (0u64, 0u64, 0u64);
     for i in 0..100 {
         let (v, n) = if i % 4 == 0 { (1, 10) } else { (2, 30) };
@@ -430,7 +441,7 @@ fn a_walk_over_one_volume_reads_only_the_heads_of_frames_without_it() {
 fn samples_stay_within_their_bound() {
     let dir = tempfile::tempdir().unwrap();
     let mut g = Gen::new();
-    let (mut d, _) = Digests::open_with(dir.path(), config(1 << 20)).unwrap();
+    let (mut d, _) = open_dir(dir.path(), config(1 << 20)).unwrap();
     // 20 000 entries of 4 volumes, 1 ms apart: 20 s.
     for _ in 0..400 {
         d.append(&g.frame(50, 4, 1_000_000)).unwrap();
@@ -470,7 +481,7 @@ proptest! {
     ) {
         let dir = tempfile::tempdir().unwrap();
         let cfg = config(file_bytes);
-        let (mut d, _) = Digests::open_with(dir.path(), cfg).unwrap();
+        let (mut d, _) = open_dir(dir.path(), cfg).unwrap();
         let mut g = Gen::new();
         let mut model: Vec<DigestEntry> = Vec::new();
         for (spec, action) in frames {
@@ -482,7 +493,7 @@ proptest! {
                 0 => {
                     d.sync().unwrap();
                     drop(d);
-                    let (again, opened) = Digests::open_with(dir.path(), cfg).unwrap();
+                    let (again, opened) = open_dir(dir.path(), cfg).unwrap();
                     prop_assert_eq!(opened.truncated, None);
                     d = again;
                 }
@@ -507,7 +518,7 @@ proptest! {
 #[test]
 fn lookups_by_number_do_not_rely_on_numbers_rising() {
     let dir = tempfile::tempdir().unwrap();
-    let (mut d, _) = Digests::open_with(dir.path(), config(4096)).unwrap();
+    let (mut d, _) = open_dir(dir.path(), config(4096)).unwrap();
     let mut g = Gen::new();
     let mut model = Vec::new();
     for i in 0..60u64 {
@@ -526,7 +537,7 @@ fn lookups_by_number_do_not_rely_on_numbers_rising() {
     for reopen in [false, true] {
         if reopen {
             drop(d);
-            d = Digests::open_with(dir.path(), config(4096)).unwrap().0;
+            d = open_dir(dir.path(), config(4096)).unwrap().0;
         }
         for e in model.iter().filter(|e| e.volume == 1 && e.volume_seq != 0) {
             let first = model

@@ -15,7 +15,10 @@
 use mariner_history::digest::format::{
     self, ENTRY_LEN, FILE_HEADER_LEN, FRAME_HEADER_LEN, MAX_FRAME_ENTRIES, SUMMARY_LEN, VERSION,
 };
+use std::sync::Arc;
+
 use mariner_history::digest::Digests;
+use mariner_history::files::{DirFiles, Files};
 use mariner_history::DigestEntry;
 use mariner_log::{LogAddr, RecordKind};
 
@@ -134,15 +137,22 @@ fn frames() -> Vec<Vec<DigestEntry>> {
     ]
 }
 
+/// The digests' name prefix, as the history engine uses it.
+const PREFIX: &str = "digest-";
+
+fn dir_files(dir: &std::path::Path) -> Arc<dyn Files> {
+    Arc::new(DirFiles::new(dir).unwrap())
+}
+
 /// The file `Digests` writes for [`frames`].
 fn written() -> Vec<u8> {
     let dir = tempfile::tempdir().unwrap();
-    let (mut d, _) = Digests::open(dir.path()).unwrap();
+    let (mut d, _) = Digests::open(dir_files(dir.path()), PREFIX).unwrap();
     for f in frames() {
         d.append(&f).unwrap();
     }
     d.sync().unwrap();
-    std::fs::read(dir.path().join(format!("{FIRST_SEQ:016x}.tld"))).unwrap()
+    std::fs::read(dir.path().join(format!("{PREFIX}{FIRST_SEQ:016x}.tld"))).unwrap()
 }
 
 fn committed() -> Vec<u8> {
@@ -166,8 +176,8 @@ fn the_golden_digest_decodes_to_its_entries_and_encodes_back() {
 #[test]
 fn the_golden_digest_opens_as_a_directory() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("00000000000003e9.tld"), committed()).unwrap();
-    let (d, opened) = Digests::open(dir.path()).unwrap();
+    std::fs::write(dir.path().join("digest-00000000000003e9.tld"), committed()).unwrap();
+    let (d, opened) = Digests::open(dir_files(dir.path()), PREFIX).unwrap();
     assert_eq!((opened.last_seq, opened.frames, opened.files), (1011, 2, 1));
     assert_eq!(opened.truncated, None);
     let mut all = Vec::new();
