@@ -20,7 +20,12 @@
 //! checksum is checked when they are read.
 //!
 //! **Crash and damage.** Only the newest file is ever appended to: a file is synced before
-//! the next one is created. Open checks every frame's header and summaries; the newest file
+//! the next one is created. At most one write of a file is unsynced at any time: a new file's
+//! header goes in one write with its first frame, and an append to a file holding an unsynced
+//! write syncs it first (the history engine syncs after each append, so this costs it nothing).
+//! Two unsynced writes could reach the disk in either order at a crash and leave a hole before
+//! an intact frame, which open could not tell from damage; one write can only be lost, cut
+//! short or leave zeros where it grew the file — a torn tail. Open checks every frame's header and summaries; the newest file
 //! is read whole and its entries checked too. A damaged frame of the newest file after which
 //! no intact frame follows is a torn tail, cut off (the file is truncated there, or removed if
 //! nothing is left, and [`DigestsOpen::truncated`] says why); damage anywhere else — an older
@@ -168,10 +173,7 @@ impl Digests {
         if roll {
             // Only the newest file may hold a torn tail: seal the current one first.
             if let Some(f) = self.files.last_mut() {
-                if f.dirty {
-                    f.disk.sync().map_err(|e| f.io(e))?;
-                    f.dirty = false;
-                }
+                f.settle()?;
             }
             self.files
                 .push(files::create(self.store.as_ref(), &self.prefix, first.seq)?);
@@ -180,12 +182,23 @@ impl Digests {
         let Some(f) = self.files.last_mut() else {
             return Err(HistoryError::DigestsFailed("no file to append to".into()));
         };
-        let at = f.len;
+        // At most one write of a file is ever unsynced (module documentation, "Crash").
+        f.settle()?;
+        // A new file's header goes in the same write as its first frame.
+        let header = if f.len == 0 {
+            format::encode_file_header(f.first_seq).to_vec()
+        } else {
+            Vec::new()
+        };
+        let write_at = f.len;
+        let at = write_at + header.len() as u64;
+        let end = at + len;
+        let buf = [header, bytes].concat();
         // Memory disks grow only through `set_len`. A crash may keep the longer length and
         // not the bytes: zeros, which open cuts as a torn tail.
-        f.disk.set_len(at + len).map_err(|e| f.io(e))?;
-        f.disk.write_at(&bytes, at).map_err(|e| f.io(e))?;
-        f.len += len;
+        f.disk.set_len(end).map_err(|e| f.io(e))?;
+        f.disk.write_at(&buf, write_at).map_err(|e| f.io(e))?;
+        f.len = end;
         f.last_seq = last.seq;
         f.dirty = true;
         let (summaries, _, _) = format::summarize(entries);
@@ -208,10 +221,7 @@ impl Digests {
 
     fn sync_inner(&mut self) -> Result<(), HistoryError> {
         if let Some(f) = self.files.last_mut() {
-            if f.dirty {
-                f.disk.sync().map_err(|e| f.io(e))?;
-                f.dirty = false;
-            }
+            f.settle()?;
         }
         if self.dir_dirty {
             files::sync_dir(self.store.as_ref())?;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use mariner_disk::Disk;
 
-use super::format::{self, Damage, FrameHeader, Summary, FILE_HEADER_LEN, FRAME_HEADER_LEN};
+use super::format::{self, Damage, FrameHeader, Summary, FRAME_HEADER_LEN};
 use crate::files::{FileUse, Files};
 use crate::{DigestEntry, HistoryError};
 
@@ -84,6 +84,15 @@ impl Head {
 }
 
 impl DigestFile {
+    /// Syncs what was written since the last sync, if anything.
+    pub fn settle(&mut self) -> Result<(), HistoryError> {
+        if self.dirty {
+            self.disk.sync().map_err(|e| self.io(e))?;
+            self.dirty = false;
+        }
+        Ok(())
+    }
+
     pub fn io(&self, source: std::io::Error) -> HistoryError {
         HistoryError::Io {
             path: self.path.clone(),
@@ -224,8 +233,9 @@ impl DigestFile {
     }
 }
 
-/// Creates the file of `first_seq` holding its header; the caller writes the first frame.
-/// Refuses a name that exists: a file the listing did not show is not ours to overwrite.
+/// Creates the file of `first_seq`, empty: the caller writes its header with its first frame,
+/// in one write. Refuses a name that exists: a file the listing did not show is not ours to
+/// overwrite.
 pub fn create(files: &dyn Files, prefix: &str, first_seq: u64) -> Result<DigestFile, HistoryError> {
     let name = file_name(prefix, first_seq);
     let path = files.path(&name);
@@ -236,19 +246,16 @@ pub fn create(files: &dyn Files, prefix: &str, first_seq: u64) -> Result<DigestF
     if files.exists(&name).map_err(io)? {
         return Err(io(std::io::ErrorKind::AlreadyExists.into()));
     }
+    // Whatever length a new disk comes with, the first append sets the file's.
     let disk = files.open(&name, FileUse::Sequential).map_err(io)?;
-    let header = format::encode_file_header(first_seq);
-    // Memory disks grow only through `set_len`; a file grows with it all the same.
-    disk.set_len(FILE_HEADER_LEN as u64).map_err(io)?;
-    disk.write_at(&header, 0).map_err(io)?;
     Ok(DigestFile {
         first_seq,
         last_seq: 0,
         name,
         path,
         disk,
-        len: FILE_HEADER_LEN as u64,
-        dirty: true,
+        len: 0,
+        dirty: false,
     })
 }
 
