@@ -5,7 +5,7 @@
 //! A small fixed digest — two frames, every record kind, four volumes — is written by
 //! `Digests` itself and compared byte for byte with `tests/golden/digest_v1.tld`; the
 //! committed file is then decoded and compared with the entries, encoded again from them, and
-//! opened as a digest directory. A change to the byte layout therefore fails here until the
+//! opened as the digests of a directory. A change to the byte layout therefore fails here until the
 //! file is regenerated on purpose (and the format version and docs changed with it):
 //!
 //! ```text
@@ -174,7 +174,7 @@ fn the_golden_digest_decodes_to_its_entries_and_encodes_back() {
 }
 
 #[test]
-fn the_golden_digest_opens_as_a_directory() {
+fn the_golden_digest_opens_as_the_digests_of_a_directory() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("digest-00000000000003e9.tld"), committed()).unwrap();
     let (d, opened) = Digests::open(dir_files(dir.path()), PREFIX).unwrap();

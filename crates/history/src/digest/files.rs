@@ -56,7 +56,7 @@ pub struct DigestFile {
     pub disk: Arc<dyn Disk>,
     /// Bytes in it: header and whole frames.
     pub len: u64,
-    /// Written since the last fdatasync.
+    /// Written since the last sync.
     pub dirty: bool,
 }
 
