@@ -89,6 +89,8 @@ pub struct HistoryStats {
     /// Times the log cut history before the base had what it cut.
     pub cuts: AtomicU64,
     pub reads: AtomicU64,
+    /// Reads that took some sectors from a base image.
+    pub base_reads: AtomicU64,
     /// Roll-forwards a crash interrupted, finished at open.
     pub resumed_rolls: AtomicU64,
     /// Base images copied from a current image.
@@ -124,6 +126,8 @@ pub(crate) struct Inner {
     pub stats: HistoryStats,
     stop: AtomicBool,
     failed: Mutex<Option<String>>,
+    /// When history last warned that it shrank (warnings at most once a minute).
+    pub last_warning: Mutex<Option<Instant>>,
 }
 
 /// The indexer's own state.
@@ -242,6 +246,7 @@ impl History {
             stats: HistoryStats::default(),
             stop: AtomicBool::new(false),
             failed: Mutex::new(None),
+            last_warning: Mutex::new(None),
         };
         Ok(Self {
             inner: Arc::new(inner),
@@ -278,6 +283,23 @@ impl History {
             replayed.push(entry_of(&found.header, found.addr));
             Ok(())
         })?;
+        // The records history needs start right above what it indexed. If the log let go of
+        // some (it cut history while history was down or failed), the bases cannot have them:
+        // those volumes are broken until seeded again, and indexing goes on from what is there.
+        let first = replayed
+            .first()
+            .map(|e| e.seq)
+            .into_iter()
+            .chain(recovery.voided.iter().copied())
+            .min();
+        let lost_through = match first {
+            Some(f) if f > indexed + 1 => Some(f - 1),
+            None if recovery.last_seq > indexed => Some(recovery.last_seq),
+            _ => None,
+        };
+        if let Some(lost) = lost_through {
+            inner.lost(indexed, lost);
+        }
         {
             let mut tail = inner.tail.write().unwrap_or_else(PoisonError::into_inner);
             for e in &replayed {
@@ -297,6 +319,7 @@ impl History {
         }
         inner.note_views();
         inner.note_newest()?;
+        inner.note_tail_newest();
         if inner.cfg.background {
             let me = Arc::clone(&self.inner);
             let t = std::thread::Builder::new()
@@ -376,6 +399,11 @@ impl History {
 
 impl DurableSink for History {
     fn durable(&self, records: &[Durable]) {
+        if self.inner.stop.load(Relaxed) {
+            // Stopped (or failed for good): keep nothing, or the tail would grow without end.
+            // The log lets go of history's space as of a shrinkable holder's.
+            return;
+        }
         let entries: Vec<DigestEntry> = records
             .iter()
             .map(|d| entry_of(&d.header, d.addr))
@@ -401,6 +429,7 @@ impl DurableSink for History {
                 .write()
                 .unwrap_or_else(PoisonError::into_inner);
             for e in entries.iter().filter(|e| e.kind != RecordKind::Void) {
+                provisional_view(&mut views, e);
                 if let Some(v) = views.get_mut(&e.volume) {
                     if e.volume_seq > v.last_vseq {
                         v.last_vseq = e.volume_seq;
@@ -432,6 +461,29 @@ impl DigestEntry {
             addr,
         }
     }
+}
+
+/// A volume created while history is on can be read at once, before its creation record is
+/// indexed: its view starts with the empty base the indexer will make for it.
+fn provisional_view(views: &mut BTreeMap<u32, View>, e: &DigestEntry) {
+    if e.kind != RecordKind::VolumeCreated || views.contains_key(&e.volume) {
+        return;
+    }
+    views.insert(
+        e.volume,
+        View {
+            state: VolumeState {
+                block_size: e.length,
+                size: e.offset,
+                base_seq: e.seq,
+                base_vseq: e.volume_seq,
+                base_ts: e.timestamp_ns,
+                ..VolumeState::default()
+            },
+            last_vseq: e.volume_seq,
+            last_ts: e.timestamp_ns,
+        },
+    );
 }
 
 fn void_entry(seq: u64) -> DigestEntry {
@@ -471,8 +523,18 @@ impl Inner {
                 }
             }
             if let Err(e) = self.step(true) {
-                tracing::error!(error = %e, "history stopped");
+                tracing::error!(
+                    error = %e,
+                    "history stopped: writes go on, but history is not kept until a restart"
+                );
                 *lock(&self.failed) = Some(e.to_string());
+                self.stop.store(true, Relaxed);
+                // Writers must not wait for a history that will not release again (under
+                // the throttle policy it holds like the store): let the log have it all.
+                // The next start finds the records it lacks gone and seeds again.
+                if let (Some(log), Some(h)) = (self.log.get(), self.holder.get()) {
+                    h.release(log.stats().durable_seq.load(Relaxed));
+                }
                 return;
             }
         }
@@ -698,6 +760,46 @@ impl Inner {
 }
 
 impl Inner {
+    /// Records `(indexed, lost]` are gone from the log: every volume whose base lacks any of
+    /// them is broken, and indexing continues above them.
+    fn lost(&self, indexed: u64, lost: u64) {
+        let mut st = lock(&self.state);
+        let mut broke = Vec::new();
+        for (&id, v) in st.volumes.iter_mut() {
+            if v.base_seq < lost && v.flags & FLAG_BROKEN == 0 {
+                v.flags |= FLAG_BROKEN;
+                broke.push(id);
+            }
+        }
+        st.indexed_seq = st.indexed_seq.max(lost);
+        drop(st);
+        lock(&self.indexer).next_seq = lost + 1;
+        self.stats.cuts.fetch_add(1, Relaxed);
+        tracing::warn!(
+            from = indexed + 1,
+            through = lost,
+            volumes = ?broke,
+            "history: the log no longer holds records history had not kept (it was cut while \
+             history was down or failed): those volumes' history starts again from their \
+             current images"
+        );
+    }
+
+    /// Each volume's newest record among those replayed into the tail at start.
+    fn note_tail_newest(&self) {
+        let ix = lock(&self.indexer);
+        let mut views = self.views.write().unwrap_or_else(PoisonError::into_inner);
+        for e in ix.pending.values().filter(|e| e.kind != RecordKind::Void) {
+            provisional_view(&mut views, e);
+            if let Some(w) = views.get_mut(&e.volume) {
+                if e.volume_seq > w.last_vseq {
+                    w.last_vseq = e.volume_seq;
+                    w.last_ts = e.timestamp_ns;
+                }
+            }
+        }
+    }
+
     /// Where indexing continues (a new history starting at the store's watermark).
     pub(crate) fn set_next_seq(&self, seq: u64) {
         lock(&self.indexer).next_seq = seq;

@@ -88,10 +88,18 @@ impl History {
         let v = *views
             .get(&volume)
             .ok_or(HistoryError::UnknownVolume(volume))?;
-        if v.state.flags & FLAG_BROKEN != 0 {
+        if self.broken(&v) {
             return Err(HistoryError::Broken(volume));
         }
         Ok(v)
+    }
+
+    /// Marked broken, or the log has just cut records the base does not hold (the indexer
+    /// marks it at its next round; readers must not wait for that).
+    fn broken(&self, v: &View) -> bool {
+        let cut = self.inner.holder.get().and_then(|h| h.cut_to());
+        v.state.flags & FLAG_BROKEN != 0
+            || cut.is_some_and(|c| c > v.state.base_seq && c > v.state.rolling_seq)
     }
 
     /// The instants of `volume` that can be read now.
@@ -183,7 +191,7 @@ impl History {
         let view = *views
             .get(&volume)
             .ok_or(HistoryError::UnknownVolume(volume))?;
-        if view.state.flags & FLAG_BROKEN != 0 {
+        if self.broken(&view) {
             return Err(HistoryError::Broken(volume));
         }
         let w = view.window();
@@ -213,6 +221,7 @@ impl History {
             _ => None,
         };
         let mut i = 0usize;
+        let mut from_base = false;
         while i < slots.len() {
             let first = source(slots[i]);
             let mut j = i + 1;
@@ -222,7 +231,10 @@ impl History {
             let bytes = &mut out[i * SECTOR as usize..j * SECTOR as usize];
             let at_byte = (start + i as u64) * SECTOR;
             match first {
-                None => self.read_base(volume, at_byte, bytes)?,
+                None => {
+                    from_base = true;
+                    self.read_base(volume, at_byte, bytes)?;
+                }
                 Some((_, Version::Zero)) => bytes.fill(0),
                 Some((vseq, Version::Log(addr))) => {
                     let log = inner
@@ -231,6 +243,16 @@ impl History {
                         .ok_or_else(|| HistoryError::Config("history is not started".into()))?;
                     match log.read_part(addr, volume, vseq, at_byte, bytes) {
                         Ok(()) => {}
+                        Err(mariner_log::LogError::Gone { .. })
+                            if inner
+                                .holder
+                                .get()
+                                .and_then(|h| h.cut_to())
+                                .is_some_and(|c| c > view.state.base_seq) =>
+                        {
+                            // Cut while a roll-forward needed it, or while this read ran.
+                            return Err(HistoryError::Broken(volume));
+                        }
                         Err(mariner_log::LogError::Gone { .. }) => {
                             return Err(HistoryError::Expired {
                                 volume,
@@ -249,14 +271,18 @@ impl History {
             i = j;
         }
         drop(views);
+        if from_base {
+            inner.stats.base_reads.fetch_add(1, Relaxed);
+        }
         Ok(())
     }
 
     fn read_base(&self, volume: u32, offset: u64, out: &mut [u8]) -> Result<(), HistoryError> {
-        let disk = lock(&self.inner.bases)
-            .get(&volume)
-            .cloned()
-            .ok_or(HistoryError::UnknownVolume(volume))?;
+        let Some(disk) = lock(&self.inner.bases).get(&volume).cloned() else {
+            // Created so recently that its (empty) base is not made yet.
+            out.fill(0);
+            return Ok(());
+        };
         let name = crate::engine::base_name(volume);
         let io = crate::engine::io_err(self.inner.files.as_ref(), &name);
         let len = disk.len().map_err(&io)?;

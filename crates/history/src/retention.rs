@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::PoisonError;
 
-use mariner_log::RecordKind;
+use mariner_log::{HoldKind, RecordKind};
 
 use crate::engine::{base_name, io_err, lock, Inner};
 use crate::state::FLAG_BROKEN;
@@ -35,10 +35,8 @@ impl Inner {
     /// Rolls the bases forward over what left the window, or over the oldest records when
     /// the log is filling.
     pub(crate) fn roll_forward_if_due(&self) -> Result<(), HistoryError> {
-        let cutoff = self
-            .clock
-            .wall_ns()
-            .saturating_sub(u64::try_from(self.cfg.window.as_nanos()).unwrap_or(u64::MAX));
+        let now = self.clock.wall_ns();
+        let cutoff = now.saturating_sub(nanos(self.cfg.window));
         let pressed = self.log_pressed();
         let (from, indexed) = {
             let st = lock(&self.state);
@@ -64,8 +62,15 @@ impl Inner {
         })?;
         let expired = entries.partition_point(|e| e.timestamp_ns < cutoff);
         let take = if pressed {
-            // Shrink: at least an eighth of what history holds, oldest first.
-            expired.max(entries.len().div_ceil(8))
+            // Shrink: at least an eighth of the round's records, oldest first — under the
+            // throttle policy never past `min_window` (writers wait instead: history is then
+            // a must-hold holder).
+            let mut shrink = entries.len().div_ceil(8);
+            if self.cfg.kind == HoldKind::MustHold {
+                let floor = now.saturating_sub(nanos(self.cfg.min_window));
+                shrink = shrink.min(entries.partition_point(|e| e.timestamp_ns < floor));
+            }
+            expired.max(shrink)
         } else {
             expired
         };
@@ -75,13 +80,45 @@ impl Inner {
         entries.truncate(take);
         if take > expired {
             self.stats.shrinks.fetch_add(1, Relaxed);
+            let oldest = entries.last().map_or(0, |e| e.timestamp_ns);
+            self.warn_shrink(now, oldest, take - expired);
+        }
+        self.roll_forward(&entries)
+    }
+
+    /// Says that history shrank — at most once a minute, with what it shrank to — and raises
+    /// an alert when the window fell below half the configured one or below `min_window`:
+    /// a burst of overwrites (ransomware) must not flush history away unnoticed.
+    fn warn_shrink(&self, now: u64, oldest_ts: u64, records: usize) {
+        let effective = std::time::Duration::from_nanos(now.saturating_sub(oldest_ts));
+        let mut last = lock(&self.last_warning);
+        if last.is_some_and(|t| t.elapsed() < std::time::Duration::from_secs(60)) {
+            return;
+        }
+        *last = Some(std::time::Instant::now());
+        let (window, floor) = (self.cfg.window, self.cfg.min_window);
+        if effective < floor || effective < window / 2 {
+            tracing::error!(
+                effective_window_s = effective.as_secs(),
+                configured_window_s = window.as_secs(),
+                min_window_s = floor.as_secs(),
+                records,
+                "ALERT: history's window fell to {}s (configured {}s, floor {}s): the log fills \
+                 faster than the window can be kept — a burst of overwrites is flushing history \
+                 away; grow the log, or set [history] policy = \"throttle\"",
+                effective.as_secs(),
+                window.as_secs(),
+                floor.as_secs()
+            );
+        } else {
             tracing::warn!(
-                records = take - expired,
+                effective_window_s = effective.as_secs(),
+                configured_window_s = window.as_secs(),
+                records,
                 "the log is filling before history's window ends: history shrinks from its \
                  oldest end"
             );
         }
-        self.roll_forward(&entries)
     }
 
     /// Whether history holds so much of the log that it must shrink rather than wait for
@@ -312,6 +349,10 @@ impl Inner {
         self.stats.resumed_rolls.fetch_add(1, Relaxed);
         self.apply_rolling(&entries)
     }
+}
+
+fn nanos(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 fn grow(disk: &dyn mariner_disk::Disk, len: u64) -> std::io::Result<()> {

@@ -29,11 +29,14 @@ pub struct SeedPoint {
 
 impl History {
     /// Whether `volume` has a history that can be read (false: never followed, or broken).
+    /// A volume whose creation record is still waiting to be indexed is followed.
     pub fn follows(&self, volume: u32) -> bool {
-        lock(&self.inner.state)
-            .volumes
+        self.inner
+            .views
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .get(&volume)
-            .is_some_and(|v| v.flags & crate::state::FLAG_BROKEN == 0)
+            .is_some_and(|v| v.state.flags & crate::state::FLAG_BROKEN == 0)
     }
 
     /// Starts `volume`'s history at `at` from a copy of `image` (`size` bytes, `block_size`

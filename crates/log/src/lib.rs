@@ -203,7 +203,8 @@ impl Drop for Inner {
 
 /// Who runs the dispatcher's I/O: threads, or a simulation ([`Log::open_simulated`]).
 enum Runtime {
-    Threads,
+    /// Device and timer threads, reading this clock.
+    Threads(Arc<dyn Clock>),
     Simulated(Arc<dyn Clock>),
 }
 
@@ -262,7 +263,29 @@ impl Log {
         holders: &[HolderSpec],
         sink: Arc<dyn DurableSink>,
     ) -> Result<(Self, Recovery), LogError> {
-        Self::open_threaded(devices, cfg, log_id, holders, sink, true)
+        Self::open_threaded(
+            devices,
+            cfg,
+            log_id,
+            holders,
+            sink,
+            true,
+            Arc::new(SystemClock),
+        )
+    }
+
+    /// [`Log::open`] with the clock records are stamped by (tests of history's window inject
+    /// one). The dispatcher's `T_wait` is also measured on it, so a clock that does not move
+    /// by itself wants `t_wait_ns = 0`.
+    pub fn open_with_clock(
+        devices: Vec<Arc<dyn Disk>>,
+        cfg: LogConfig,
+        log_id: u128,
+        holders: &[HolderSpec],
+        sink: Arc<dyn DurableSink>,
+        clock: Arc<dyn Clock>,
+    ) -> Result<(Self, Recovery), LogError> {
+        Self::open_threaded(devices, cfg, log_id, holders, sink, true, clock)
     }
 
     /// Opens with the device and timer threads and writes the voids.
@@ -273,6 +296,7 @@ impl Log {
         holders: &[HolderSpec],
         sink: Arc<dyn DurableSink>,
         keep_records: bool,
+        clock: Arc<dyn Clock>,
     ) -> Result<(Self, Recovery), LogError> {
         let (log, recovery, _) = Self::open_with(
             devices,
@@ -281,7 +305,7 @@ impl Log {
             holders,
             sink,
             keep_records,
-            Runtime::Threads,
+            Runtime::Threads(clock),
         )?;
         log.write_voids(&recovery.voided)?;
         Ok((log, recovery))
@@ -330,7 +354,15 @@ impl Log {
         holders: &[HolderSpec],
         sink: Arc<dyn DurableSink>,
     ) -> Result<(Self, Recovery), LogError> {
-        Self::open_threaded(devices, cfg, log_id, holders, sink, false)
+        Self::open_threaded(
+            devices,
+            cfg,
+            log_id,
+            holders,
+            sink,
+            false,
+            Arc::new(SystemClock),
+        )
     }
 
     /// Hands every record above the watermark that recovery found (those of `plan`,
@@ -394,8 +426,7 @@ impl Log {
         };
         let failed = Arc::new(Mutex::new(None));
         let clock: Arc<dyn Clock> = match &runtime {
-            Runtime::Threads => Arc::new(SystemClock),
-            Runtime::Simulated(c) => Arc::clone(c),
+            Runtime::Threads(c) | Runtime::Simulated(c) => Arc::clone(c),
         };
         let handles: Vec<(Arc<str>, HoldKind, Arc<HolderStats>)> = holders
             .iter()
@@ -419,7 +450,7 @@ impl Log {
             clock: Arc::clone(&clock),
         };
         let (shared, threads, sim) = match runtime {
-            Runtime::Threads => {
+            Runtime::Threads(_) => {
                 let (shared, threads) = writer::spawn(parts, &devices)
                     .map_err(|source| LogError::Io { dev: 0, source })?;
                 (shared, threads, None)

@@ -79,6 +79,7 @@ pub(crate) fn start(
     volumes: &[(VolumeMeta, Arc<dyn Disk>)],
 ) -> Result<(), NodeError> {
     h.start(log.clone(), rec).map_err(err)?;
+    say_what_the_log_holds(h, log);
     let after: Vec<DigestEntry> = rec
         .records
         .iter()
@@ -103,6 +104,45 @@ pub(crate) fn start(
             .map_err(err)?;
     }
     Ok(())
+}
+
+/// Says, loudly when they disagree, whether the log can hold the configured window: history
+/// keeps at most about 60 % of the log (beyond it, it shrinks), so the window holds only while
+/// writes average below that share of the log per window.
+fn say_what_the_log_holds(h: &History, log: &Log) {
+    let sb = log.superblock();
+    let log_bytes = sb.segment_bytes * sb.segment_count * u64::from(sb.device_count);
+    let window = h.configured_window();
+    let rate = 0.6 * log_bytes as f64 / window.as_secs_f64().max(1.0);
+    let holds = |bytes_per_s: f64| {
+        std::time::Duration::from_secs_f64(0.6 * log_bytes as f64 / bytes_per_s.max(1.0))
+    };
+    let human = |d: std::time::Duration| {
+        humantime::format_duration(std::time::Duration::from_secs(d.as_secs())).to_string()
+    };
+    if rate < 10.0 * 1024.0 * 1024.0 {
+        tracing::warn!(
+            log_bytes,
+            window_s = window.as_secs(),
+            "history keeps {} of writes, but the log ({} MiB) holds that only while writes \
+             average under {:.0} bytes/s; at 1 MiB/s it holds {}, at 100 MiB/s {} — beyond, \
+             history shrinks from its oldest end (mariner_history_window_seconds, `mariner \
+             status`). A larger log ([log] file_size, or more devices) keeps more.",
+            human(window),
+            log_bytes >> 20,
+            rate,
+            human(holds(1024.0 * 1024.0)),
+            human(holds(100.0 * 1024.0 * 1024.0)),
+        );
+    } else {
+        tracing::info!(
+            log_bytes,
+            window_s = window.as_secs(),
+            "history keeps {} of writes while they average under {:.0} MiB/s",
+            human(window),
+            rate / (1024.0 * 1024.0)
+        );
+    }
 }
 
 /// A volume's history as `volume info` and `mariner status` show it.

@@ -1,0 +1,544 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! Model-based test of the history engine over the real log, the real BOSC index and real
+//! base images, history's files and the log device on fault-injecting disks, with an
+//! injected clock: random writes, trims and write-zeroes, clock jumps that expire records,
+//! indexing rounds, logs small enough to wrap and to make history shrink, and crashes — at
+//! random points, and inside a history round by failing its I/O after a few operations.
+//! After each step, reads as of a sample of instants (each write's, and the one before it)
+//! must equal an oracle of the volume's bytes after every acknowledged write, or fail as
+//! expired when older than what history says it keeps; while history neither shrank nor was
+//! cut, every instant younger than the window must be readable.
+//!
+//! `MARINER_HISTORY_MODEL_CASES` sets the number of cases (default: as many as fit in about
+//! a minute, at least 10), `MARINER_HISTORY_MODEL_SEED` the first seed; a failure names its
+//! seed. Counters over the run assert that it covered crashes inside roll-forwards, shrinks,
+//! reads from base images and log wraps.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use mariner_disk::{Disk, FaultyDisk};
+use mariner_history::files::{Files, MemFiles};
+use mariner_history::{At, History, HistoryConfig, HistoryError, IndexConfig, SeedPoint};
+use mariner_log::clock::{Clock, VirtualClock};
+use mariner_log::{Entry, Log, LogConfig, RecordKind};
+
+const LOG_ID: u128 = 0x0DE1_4157;
+const VOL: u32 = 5;
+const SECTORS: u64 = 256;
+const SIZE: u64 = SECTORS * 512;
+const STEPS: usize = 200;
+const SEGMENT: u64 = 64 << 10;
+/// A log small enough to wrap about twice a case.
+const LOG_SEGMENTS: u64 = 12;
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+/// Fails every write and sync once the shared budget runs out: the machine going down in
+/// the middle of whatever history was doing.
+#[derive(Debug)]
+struct Gated {
+    inner: Arc<FaultyDisk>,
+    budget: Arc<AtomicI64>,
+}
+
+impl Gated {
+    fn spend(&self) -> io::Result<()> {
+        if self.budget.fetch_sub(1, Relaxed) <= 0 {
+            return Err(io::Error::other("injected: the machine is going down"));
+        }
+        Ok(())
+    }
+}
+
+impl Disk for Gated {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.spend()?;
+        self.inner.write_at(buf, offset)
+    }
+    fn sync(&self) -> io::Result<()> {
+        self.spend()?;
+        self.inner.sync()
+    }
+    fn len(&self) -> io::Result<u64> {
+        self.inner.len()
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.spend()?;
+        self.inner.set_len(len)
+    }
+    fn punch_hole(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.spend()?;
+        self.inner.punch_hole(offset, len)
+    }
+}
+
+type Registry = Arc<Mutex<BTreeMap<String, Arc<FaultyDisk>>>>;
+
+/// What outlives a crash: the log device and history's files.
+struct Machine {
+    log_dev: Arc<FaultyDisk>,
+    files: Registry,
+    budget: Arc<AtomicI64>,
+    next_seed: Arc<AtomicU64>,
+}
+
+impl Machine {
+    fn new(seed: u64) -> Self {
+        let log_dev = Arc::new(FaultyDisk::new(
+            (LOG_SEGMENTS * SEGMENT + (1 << 16)) as usize,
+            seed,
+        ));
+        Log::format(&[log_dev.clone() as Arc<dyn Disk>], &log_cfg(), LOG_ID).unwrap();
+        Self {
+            log_dev,
+            files: Arc::default(),
+            budget: Arc::new(AtomicI64::new(i64::MAX)),
+            next_seed: Arc::new(AtomicU64::new(seed.wrapping_mul(31))),
+        }
+    }
+
+    /// History's files as the engine sees them, every write through the shared budget.
+    fn mem_files(&self) -> Arc<dyn Files> {
+        let gate = |d: &Arc<FaultyDisk>, budget: &Arc<AtomicI64>| -> Arc<dyn Disk> {
+            Arc::new(Gated {
+                inner: Arc::clone(d),
+                budget: Arc::clone(budget),
+            })
+        };
+        let existing: BTreeMap<String, Arc<dyn Disk>> = self
+            .files
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(n, d)| (n.clone(), gate(d, &self.budget)))
+            .collect();
+        let (reg, budget, seeds) = (
+            Arc::clone(&self.files),
+            Arc::clone(&self.budget),
+            Arc::clone(&self.next_seed),
+        );
+        let make = move |name: &str| {
+            let d = Arc::new(FaultyDisk::new(0, seeds.fetch_add(1, Relaxed)));
+            reg.lock().unwrap().insert(name.to_string(), Arc::clone(&d));
+            gate(&d, &budget)
+        };
+        Arc::new(MemFiles::new(existing, make))
+    }
+
+    /// Every disk loses, keeps or tears what it had not synced.
+    fn crash(&mut self) {
+        self.log_dev = Arc::new(self.log_dev.crash());
+        let mut reg = self.files.lock().unwrap();
+        let crashed: BTreeMap<String, Arc<FaultyDisk>> = reg
+            .iter()
+            .map(|(n, d)| (n.clone(), Arc::new(d.crash())))
+            .collect();
+        *reg = crashed;
+        self.budget.store(i64::MAX, Relaxed);
+    }
+}
+
+fn log_cfg() -> LogConfig {
+    LogConfig {
+        segment_bytes: SEGMENT,
+        t_wait_ns: 0,
+        ..LogConfig::default()
+    }
+}
+
+fn history_cfg(window: Duration) -> HistoryConfig {
+    HistoryConfig {
+        window,
+        min_window: Duration::ZERO,
+        index: IndexConfig {
+            block_count: 4096,
+            block_bytes: 4096,
+            memory_budget_bytes: 2 << 20,
+            log_bytes: 4 << 20,
+            log_segment_bytes: 64 << 10,
+            background: Some(Duration::from_millis(2)),
+        },
+        batch_records: 16,
+        state_interval: Duration::ZERO,
+        background: false,
+        ..HistoryConfig::default()
+    }
+}
+
+/// One acknowledged write (or trim) and the volume after it.
+struct Version {
+    vseq: u64,
+    ts: u64,
+    image: Arc<Vec<u8>>,
+}
+
+#[derive(Default)]
+struct Counters {
+    crashes: u64,
+    crashes_in_roll_forward: u64,
+    shrinks: u64,
+    cuts: u64,
+    base_reads: u64,
+    log_wraps: u64,
+    reads_checked: u64,
+    expired_checked: u64,
+}
+
+struct Case {
+    rng: Rng,
+    m: Machine,
+    clock: Arc<VirtualClock>,
+    window: Duration,
+    log: Option<Log>,
+    h: Option<History>,
+    versions: Vec<Version>,
+    image: Vec<u8>,
+    /// History shrank or was cut in this case: younger instants may be gone.
+    gave_way: bool,
+    appended_bytes: u64,
+    seed: u64,
+}
+
+impl Case {
+    fn open(&mut self) {
+        let h = History::open_with_clock(
+            self.m.mem_files(),
+            history_cfg(self.window),
+            self.clock.clone(),
+        )
+        .unwrap_or_else(|e| panic!("seed {}: history open: {e}", self.seed));
+        let (log, rec) = Log::open_with_clock(
+            vec![self.m.log_dev.clone() as Arc<dyn Disk>],
+            log_cfg(),
+            LOG_ID,
+            &[h.holder_spec()],
+            Arc::new(h.clone()),
+            self.clock.clone(),
+        )
+        .unwrap_or_else(|e| panic!("seed {}: log open: {e}", self.seed));
+        h.start(log.clone(), &rec)
+            .unwrap_or_else(|e| panic!("seed {}: history start: {e}", self.seed));
+        // A volume whose history broke (the log cut it) is seeded again, as the node does
+        // at start-up, from the current image (the oracle's).
+        if !h.follows(VOL) && !self.versions.is_empty() {
+            let image = mariner_disk::MemDisk::from_vec(self.image.clone());
+            let last = self.versions.last().unwrap();
+            let at = SeedPoint {
+                seq: rec.last_seq,
+                timestamp_ns: rec.last_ts,
+                volume_seq: last.vseq,
+            };
+            h.seed(VOL, &image, SIZE, 512, at, &[])
+                .unwrap_or_else(|e| panic!("seed {}: reseed: {e}", self.seed));
+        }
+        self.log = Some(log);
+        self.h = Some(h);
+    }
+
+    fn close(&mut self) {
+        if let Some(h) = self.h.take() {
+            let _ = h.shutdown(false);
+        }
+        if let Some(log) = self.log.take() {
+            log.shutdown();
+        }
+    }
+
+    fn h(&self) -> &History {
+        self.h.as_ref().unwrap()
+    }
+
+    fn append(&mut self, e: Entry) -> mariner_log::Appended {
+        self.appended_bytes += u64::from(e.length).min(e.payload.len() as u64) + 128;
+        let log = self.log.as_ref().unwrap();
+        log.append(e)
+            .unwrap()
+            .blocking_recv()
+            .unwrap()
+            .unwrap_or_else(|e| panic!("seed {}: append: {e}", self.seed))
+    }
+
+    fn record(&mut self, a: mariner_log::Appended) {
+        self.versions.push(Version {
+            vseq: a.volume_seq,
+            ts: a.timestamp_ns,
+            image: Arc::new(self.image.clone()),
+        });
+    }
+
+    fn write(&mut self) {
+        let start = self.rng.below(SECTORS);
+        let len = (1 + self.rng.below(64)).min(SECTORS - start);
+        let (off, bytes) = (start * 512, (len * 512) as usize);
+        let range = off as usize..off as usize + bytes;
+        let a = match self.rng.below(10) {
+            0 => {
+                self.image[range].fill(0);
+                self.append(Entry::extent(RecordKind::Trim, VOL, off, bytes as u32))
+            }
+            1 => {
+                self.image[range].fill(0);
+                self.append(Entry::extent(
+                    RecordKind::WriteZeroes,
+                    VOL,
+                    off,
+                    bytes as u32,
+                ))
+            }
+            _ => {
+                let data: Vec<u8> = (0..bytes).map(|_| self.rng.next() as u8).collect();
+                self.image[range].copy_from_slice(&data);
+                self.append(Entry::write(VOL, off, Bytes::from(data)))
+            }
+        };
+        self.record(a);
+    }
+
+    fn round(&mut self) {
+        let r = self.h().step();
+        r.unwrap_or_else(|e| panic!("seed {}: history round: {e}", self.seed));
+    }
+
+    fn crash(&mut self, c: &mut Counters) {
+        self.note(c);
+        self.close();
+        self.m.crash();
+        c.crashes += 1;
+        self.open();
+        if self.h().stats().resumed_rolls.load(Relaxed) > 0 {
+            c.crashes_in_roll_forward += 1;
+        }
+    }
+
+    fn note(&mut self, c: &mut Counters) {
+        if let Some(h) = &self.h {
+            let s = h.stats();
+            let (shrinks, cuts) = (s.shrinks.load(Relaxed), s.cuts.load(Relaxed));
+            if shrinks + cuts > 0 {
+                self.gave_way = true;
+            }
+            c.shrinks += shrinks;
+            c.cuts += cuts;
+        }
+    }
+
+    /// Reads as of a sample of instants, and the window's promise.
+    fn check(&mut self, c: &mut Counters, all: bool) {
+        let h = self.h.as_ref().unwrap();
+        let w = match h.window(VOL) {
+            Ok(w) => w,
+            Err(HistoryError::Broken(_)) => {
+                self.gave_way = true;
+                return;
+            }
+            Err(e) => panic!("seed {}: window: {e}", self.seed),
+        };
+        let newest = self.versions.last().unwrap();
+        assert_eq!(
+            w.newest.volume_seq, newest.vseq,
+            "seed {}: the newest instant is not the last acknowledged write",
+            self.seed
+        );
+        let s = h.stats();
+        if s.shrinks.load(Relaxed) + s.cuts.load(Relaxed) > 0 {
+            self.gave_way = true;
+        }
+        if !self.gave_way {
+            // Every instant younger than the window can be read: the oldest readable one is
+            // not newer than the newest write older than the window (or the creation).
+            let cutoff = self
+                .clock
+                .wall_ns()
+                .saturating_sub(self.window.as_nanos() as u64);
+            let bound = self
+                .versions
+                .iter()
+                .take_while(|v| v.ts < cutoff)
+                .last()
+                .unwrap_or(&self.versions[0])
+                .vseq;
+            assert!(
+                w.oldest.volume_seq <= bound,
+                "seed {}: history dropped @{}..@{} while younger than the window",
+                self.seed,
+                bound,
+                w.oldest.volume_seq
+            );
+        }
+        let n = self.versions.len();
+        let picks: Vec<usize> = if all {
+            (0..n).collect()
+        } else {
+            let mut p: Vec<usize> = (0..6).map(|_| self.rng.below(n as u64) as usize).collect();
+            p.push(n - 1);
+            p
+        };
+        let mut buf = vec![0u8; SIZE as usize];
+        let rolled = w.oldest.volume_seq > self.versions[0].vseq;
+        let base_reads = s.base_reads.load(Relaxed);
+        for i in picks {
+            let v = &self.versions[i];
+            let r = h.read_at(VOL, v.vseq, 0, &mut buf);
+            if v.vseq < w.oldest.volume_seq {
+                assert!(
+                    matches!(r, Err(HistoryError::Expired { .. })),
+                    "seed {}: @{} is older than the window's @{} yet read {:?}",
+                    self.seed,
+                    v.vseq,
+                    w.oldest.volume_seq,
+                    r.err()
+                );
+                c.expired_checked += 1;
+                continue;
+            }
+            match r {
+                Ok(()) => {}
+                Err(HistoryError::Broken(_)) => {
+                    // The log cut history while this ran: it is unreadable until seeded.
+                    self.gave_way = true;
+                    return;
+                }
+                Err(e) => panic!("seed {}: read as of @{}: {e}", self.seed, v.vseq),
+            }
+            if buf != *v.image {
+                let at = buf
+                    .iter()
+                    .zip(v.image.iter())
+                    .position(|(a, b)| a != b)
+                    .unwrap_or(0);
+                panic!(
+                    "seed {}: as of @{} byte {at} differs (sector {})",
+                    self.seed,
+                    v.vseq,
+                    at / 512
+                );
+            }
+            // Its time resolves to it when no other write shares the timestamp.
+            let unique = self.versions.iter().filter(|o| o.ts == v.ts).count() == 1;
+            if unique {
+                let p = h.resolve(VOL, At::Time(v.ts)).unwrap();
+                assert_eq!(
+                    p.volume_seq, v.vseq,
+                    "seed {}: time of @{}",
+                    self.seed, v.vseq
+                );
+            }
+            c.reads_checked += 1;
+        }
+        if rolled {
+            // Reads that took sectors from a base image rolled forward (not the empty one).
+            c.base_reads += s.base_reads.load(Relaxed) - base_reads;
+        }
+    }
+}
+
+fn run_case(seed: u64, c: &mut Counters) {
+    let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let window = Duration::from_secs(10 + rng.below(300));
+    let clock = Arc::new(VirtualClock::new(1_800_000_000_000_000_000));
+    let mut case = Case {
+        rng,
+        m: Machine::new(seed),
+        clock,
+        window,
+        log: None,
+        h: None,
+        versions: Vec::new(),
+        image: vec![0; SIZE as usize],
+        gave_way: false,
+        appended_bytes: 0,
+        seed,
+    };
+    case.open();
+    let a = case.append(Entry::extent(RecordKind::VolumeCreated, VOL, SIZE, 512));
+    case.record(a);
+    let log_bytes = LOG_SEGMENTS * SEGMENT;
+    for _ in 0..STEPS {
+        match case.rng.below(100) {
+            0..=54 => case.write(),
+            55..=69 => {
+                let ns = case.rng.below(20_000_000_000);
+                case.clock.advance(ns);
+            }
+            70..=89 => case.round(),
+            90..=94 => {
+                // A round the machine dies in.
+                case.m.budget.store(case.rng.below(40) as i64, Relaxed);
+                let _ = case.h().step();
+                case.crash(c);
+            }
+            _ => case.crash(c),
+        }
+        case.check(c, false);
+    }
+    case.h().flush().unwrap();
+    case.check(c, true);
+    case.note(c);
+    c.log_wraps += case.appended_bytes / log_bytes;
+    case.close();
+}
+
+#[test]
+fn history_reads_every_instant_it_keeps_through_crashes_expiry_and_shrinking() {
+    let first: u64 = std::env::var("MARINER_HISTORY_MODEL_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1);
+    let cases: Option<u64> = std::env::var("MARINER_HISTORY_MODEL_CASES")
+        .ok()
+        .and_then(|s| s.parse().ok());
+    let budget = Duration::from_secs(60);
+    let started = Instant::now();
+    let mut c = Counters::default();
+    let mut n = 0;
+    loop {
+        match cases {
+            Some(k) if n >= k => break,
+            None if n >= 10 && started.elapsed() > budget => break,
+            _ => {}
+        }
+        run_case(first + n, &mut c);
+        n += 1;
+    }
+    eprintln!(
+        "{n} cases: {} crashes ({} inside a roll-forward), {} shrinks, {} cuts, {} base reads, \
+         {} log wraps, {} reads and {} expired instants checked",
+        c.crashes,
+        c.crashes_in_roll_forward,
+        c.shrinks,
+        c.cuts,
+        c.base_reads,
+        c.log_wraps,
+        c.reads_checked,
+        c.expired_checked
+    );
+    if cases.is_none() {
+        for (what, count) in [
+            ("crashes inside a roll-forward", c.crashes_in_roll_forward),
+            ("shrinks", c.shrinks),
+            ("reads from a base image", c.base_reads),
+            ("log wraps", c.log_wraps),
+        ] {
+            assert!(count >= 50, "the run covered only {count} {what}");
+        }
+    }
+}
