@@ -6,7 +6,9 @@
 //! changed between T1 and T2"), activity ("writes and bytes per time bucket") and the base
 //! images' roll-forward read them and never a payload.
 //!
-//! **Files.** `<dir>/<first_seq:016x>.tld`, each a file header then frames, a new file once
+//! **Files.** `<prefix><first_seq:016x>.tld` among the history's [`Files`] (the engine's
+//! prefix is `digest-`, beside the index and state files; a [`Files`] of fault-injecting
+//! memory disks lets the model tests crash them), each a file header then frames, a new file once
 //! the current one would pass `file_bytes` (64 MiB by default), so that
 //! [`Digests::drop_through`] frees space in whole files. A frame is what one
 //! [`Digests::append`] gives (split at [`format::MAX_FRAME_ENTRIES`]): a header, one summary
@@ -18,7 +20,12 @@
 //! checksum is checked when they are read.
 //!
 //! **Crash and damage.** Only the newest file is ever appended to: a file is synced before
-//! the next one is created. Open checks every frame's header and summaries; the newest file
+//! the next one is created. At most one write of a file is unsynced at any time: a new file's
+//! header goes in one write with its first frame, and an append to a file holding an unsynced
+//! write syncs it first (the history engine syncs after each append, so this costs it nothing).
+//! Two unsynced writes could reach the disk in either order at a crash and leave a hole before
+//! an intact frame, which open could not tell from damage; one write can only be lost, cut
+//! short or leave zeros where it grew the file — a torn tail. Open checks every frame's header and summaries; the newest file
 //! is read whole and its entries checked too. A damaged frame of the newest file after which
 //! no intact frame follows is a torn tail, cut off (the file is truncated there, or removed if
 //! nothing is left, and [`DigestsOpen::truncated`] says why); damage anywhere else — an older
@@ -44,10 +51,11 @@ mod open;
 mod query;
 mod samples;
 
-use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
+use crate::files::Files;
 use crate::{DigestEntry, HistoryError};
 use files::DigestFile;
 use format::{FILE_HEADER_LEN, MAX_FRAME_ENTRIES};
@@ -86,27 +94,40 @@ pub struct DigestsOpen {
     pub truncated: Option<String>,
 }
 
-/// A directory of digest files; see the module documentation.
-#[derive(Debug)]
+/// The digest files of one prefix; see the module documentation.
 pub struct Digests {
-    dir: PathBuf,
+    store: Arc<dyn Files>,
+    /// What every digest file's name starts with.
+    prefix: String,
     config: DigestsConfig,
     /// Ascending by first sequence number; the last one is appended to.
     files: Vec<DigestFile>,
     samples: Samples,
     last_seq: u64,
-    /// A file was created or removed since the directory was last synced.
+    /// A file was created since the directory was last synced.
     dir_dirty: bool,
     /// Set by a failed write or sync: why.
     failed: Option<String>,
     bytes_read: AtomicU64,
 }
 
+impl fmt::Debug for Digests {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Digests")
+            .field("prefix", &self.prefix)
+            .field("config", &self.config)
+            .field("files", &self.files)
+            .field("last_seq", &self.last_seq)
+            .field("failed", &self.failed)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Digests {
-    /// Opens the digests in `dir` (created if missing) with the default configuration; see
+    /// Opens the digests named `prefix…` in `store` with the default configuration; see
     /// [`Digests::open_with`].
-    pub fn open(dir: &Path) -> Result<(Self, DigestsOpen), HistoryError> {
-        Self::open_with(dir, DigestsConfig::default())
+    pub fn open(store: Arc<dyn Files>, prefix: &str) -> Result<(Self, DigestsOpen), HistoryError> {
+        Self::open_with(store, prefix, DigestsConfig::default())
     }
 
     /// Appends one frame (more if `entries` exceeds [`MAX_FRAME_ENTRIES`]) holding
@@ -152,20 +173,32 @@ impl Digests {
         if roll {
             // Only the newest file may hold a torn tail: seal the current one first.
             if let Some(f) = self.files.last_mut() {
-                if f.dirty {
-                    f.file.sync_data().map_err(|e| f.io(e))?;
-                    f.dirty = false;
-                }
+                f.settle()?;
             }
-            self.files.push(files::create(&self.dir, first.seq)?);
+            self.files
+                .push(files::create(self.store.as_ref(), &self.prefix, first.seq)?);
             self.dir_dirty = true;
         }
         let Some(f) = self.files.last_mut() else {
             return Err(HistoryError::DigestsFailed("no file to append to".into()));
         };
-        let at = f.len;
-        f.file.write_all_at(&bytes, at).map_err(|e| f.io(e))?;
-        f.len += len;
+        // At most one write of a file is ever unsynced (module documentation, "Crash").
+        f.settle()?;
+        // A new file's header goes in the same write as its first frame.
+        let header = if f.len == 0 {
+            format::encode_file_header(f.first_seq).to_vec()
+        } else {
+            Vec::new()
+        };
+        let write_at = f.len;
+        let at = write_at + header.len() as u64;
+        let end = at + len;
+        let buf = [header, bytes].concat();
+        // Memory disks grow only through `set_len`. A crash may keep the longer length and
+        // not the bytes: zeros, which open cuts as a torn tail.
+        f.disk.set_len(end).map_err(|e| f.io(e))?;
+        f.disk.write_at(&buf, write_at).map_err(|e| f.io(e))?;
+        f.len = end;
         f.last_seq = last.seq;
         f.dirty = true;
         let (summaries, _, _) = format::summarize(entries);
@@ -175,8 +208,8 @@ impl Digests {
         Ok(())
     }
 
-    /// Makes what was appended durable: fdatasync of the current file, and of the directory
-    /// if a file was created or removed since.
+    /// Makes what was appended durable: sync of the current file, and of the directory if a
+    /// file was created since.
     pub fn sync(&mut self) -> Result<(), HistoryError> {
         self.check_usable()?;
         let r = self.sync_inner();
@@ -188,13 +221,10 @@ impl Digests {
 
     fn sync_inner(&mut self) -> Result<(), HistoryError> {
         if let Some(f) = self.files.last_mut() {
-            if f.dirty {
-                f.file.sync_data().map_err(|e| f.io(e))?;
-                f.dirty = false;
-            }
+            f.settle()?;
         }
         if self.dir_dirty {
-            files::sync_dir(&self.dir)?;
+            files::sync_dir(self.store.as_ref())?;
             self.dir_dirty = false;
         }
         Ok(())
@@ -224,9 +254,10 @@ impl Digests {
             return Ok(0);
         }
         // Removed files leave the list one by one, so a failed removal leaves the list true.
+        // [`Files::remove`] is durable when it returns.
         let (mut freed, mut removed, mut result) = (0u64, 0usize, Ok(()));
         for f in &self.files[..n] {
-            if let Err(e) = std::fs::remove_file(&f.path) {
+            if let Err(e) = self.store.remove(&f.name) {
                 result = Err(f.io(e));
                 break;
             }
@@ -238,9 +269,6 @@ impl Digests {
         }
         self.files.drain(..removed);
         result?;
-        self.dir_dirty = true;
-        files::sync_dir(&self.dir)?;
-        self.dir_dirty = false;
         Ok(freed)
     }
 

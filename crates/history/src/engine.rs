@@ -30,6 +30,8 @@ use crate::{DigestEntry, HistoryError};
 /// The name history holds log space under.
 pub const HOLDER: &str = "history";
 const STATE: &str = "state";
+/// What the digest files' names start with, beside the state, index and base files.
+const DIGEST_PREFIX: &str = "digest-";
 
 /// Tunables.
 #[derive(Debug, Clone)]
@@ -200,10 +202,7 @@ impl History {
             .map(|(&id, v)| (id, v.levels))
             .collect();
         let index = LtIndex::open(files.as_ref(), &cfg.index, levels)?;
-        let dir = files
-            .subdir("digests")
-            .map_err(io_err(files.as_ref(), "digests"))?;
-        let (digests, opened) = Digests::open(&dir)?;
+        let (digests, opened) = Digests::open(Arc::clone(&files), DIGEST_PREFIX)?;
         if let Some(why) = &opened.truncated {
             tracing::warn!(why = %why, "history digests: a torn tail was cut");
         }

@@ -32,9 +32,6 @@ pub trait Files: Send + Sync {
     fn sync_dir(&self) -> io::Result<()>;
     /// For messages: where `name` is.
     fn path(&self, name: &str) -> PathBuf;
-    /// A real directory `name` for parts kept as plain files (the digests), created when
-    /// missing.
-    fn subdir(&self, name: &str) -> io::Result<PathBuf>;
 }
 
 /// Real files in one directory.
@@ -87,11 +84,6 @@ impl Files for DirFiles {
     fn path(&self, name: &str) -> PathBuf {
         self.dir.join(name)
     }
-    fn subdir(&self, name: &str) -> io::Result<PathBuf> {
-        let d = self.dir.join(name);
-        std::fs::create_dir_all(&d)?;
-        Ok(d)
-    }
 }
 
 /// Files that are memory disks chosen by the caller (fault-injecting ones in tests): `make`
@@ -100,8 +92,6 @@ impl Files for DirFiles {
 pub struct MemFiles {
     disks: Mutex<BTreeMap<String, Arc<dyn Disk>>>,
     make: Box<MakeDisk>,
-    /// Where [`Files::subdir`]s go.
-    dir: Option<PathBuf>,
 }
 
 /// Makes the disk of a file created by name.
@@ -115,14 +105,7 @@ impl MemFiles {
         Self {
             disks: Mutex::new(disks),
             make: Box::new(make),
-            dir: None,
         }
-    }
-
-    /// With a real directory for the parts kept as plain files.
-    pub fn with_dir(mut self, dir: &Path) -> Self {
-        self.dir = Some(dir.to_path_buf());
-        self
     }
 
     /// Every file and its disk.
@@ -163,13 +146,5 @@ impl Files for MemFiles {
     }
     fn path(&self, name: &str) -> PathBuf {
         PathBuf::from(format!("mem:{name}"))
-    }
-    fn subdir(&self, name: &str) -> io::Result<PathBuf> {
-        let dir = self.dir.as_ref().ok_or_else(|| {
-            io::Error::new(io::ErrorKind::Unsupported, "memory files with no directory")
-        })?;
-        let d = dir.join(name);
-        std::fs::create_dir_all(&d)?;
-        Ok(d)
     }
 }

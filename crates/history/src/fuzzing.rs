@@ -1,6 +1,7 @@
 //! Entry points shared by the fuzz targets (fuzz/fuzz_targets) and the corpus-replay test.
 
 use crate::digest::format;
+use crate::state::State;
 
 /// Feeds arbitrary bytes to the TL digest decoders, as a whole file image and as one frame.
 /// Must never panic; what decodes must encode back to the same bytes (decoding is canonical).
@@ -29,4 +30,26 @@ pub fn fuzz_digest(data: &[u8]) {
             let _ = format::decode_summaries(&h, b);
         }
     }
+}
+
+/// Feeds arbitrary bytes to the history state's slot decoder. Must never panic; a slot that
+/// decodes encodes back to its bytes (decoding is canonical), padded with the zeros decode
+/// accepts after the last volume.
+pub fn fuzz_state(data: &[u8]) {
+    let Ok(Some(state)) = State::decode(data) else {
+        return;
+    };
+    let mut again = match state.encode() {
+        Ok(b) => b,
+        Err(why) => panic!("a decoded history state does not encode: {why}"),
+    };
+    assert!(
+        again.len() <= data.len(),
+        "a decoded history state encodes longer than its slot"
+    );
+    again.resize(data.len(), 0);
+    assert!(
+        again == data,
+        "a decoded history state encodes back to its bytes"
+    );
 }

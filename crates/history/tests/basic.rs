@@ -49,7 +49,6 @@ struct Oracle {
 }
 
 struct Rig {
-    _dir: tempfile::TempDir,
     devices: Vec<Arc<dyn Disk>>,
     files: Arc<MemFiles>,
     clock: Arc<VirtualClock>,
@@ -60,13 +59,10 @@ impl Rig {
         let dev: Arc<dyn Disk> = Arc::new(MemDisk::new(16 << 20));
         Log::format(std::slice::from_ref(&dev), &log_cfg(), LOG_ID).unwrap();
         let wall = mariner_log::clock::SystemClock.wall_ns();
-        let dir = tempfile::tempdir().unwrap();
         let files = MemFiles::new(BTreeMap::new(), |_| {
             Arc::new(MemDisk::new(0)) as Arc<dyn Disk>
-        })
-        .with_dir(dir.path());
+        });
         Self {
-            _dir: dir,
             devices: vec![dev],
             files: Arc::new(files),
             clock: Arc::new(VirtualClock::new(wall)),

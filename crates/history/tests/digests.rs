@@ -6,9 +6,12 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
+use mariner_disk::{Disk, Faults, FaultyDisk, MemDisk};
 use mariner_history::digest::format::{ENTRY_LEN, FILE_HEADER_LEN, FRAME_HEADER_LEN, SUMMARY_LEN};
-use mariner_history::digest::{Digests, DigestsConfig};
+use mariner_history::digest::{Digests, DigestsConfig, DigestsOpen};
+use mariner_history::files::{DirFiles, Files, MemFiles};
 use mariner_history::{DigestEntry, HistoryError};
 use mariner_log::{LogAddr, RecordKind};
 use proptest::prelude::*;
@@ -57,6 +60,15 @@ impl Gen {
             })
             .collect()
     }
+}
+
+/// The digests' name prefix, as the history engine uses it.
+const PREFIX: &str = "digest-";
+
+/// The digests in a real directory.
+fn open_dir(dir: &Path, cfg: DigestsConfig) -> Result<(Digests, DigestsOpen), HistoryError> {
+    let files: Arc<dyn Files> = Arc::new(DirFiles::new(dir).unwrap());
+    Digests::open_with(files, PREFIX, cfg)
 }
 
 fn config(file_bytes: u64) -> DigestsConfig {
@@ -153,7 +165,7 @@ fn round_trip_over_many_files_and_reopen() {
     let dir = tempfile::tempdir().unwrap();
     let mut g = Gen::new();
     let mut model = Vec::new();
-    let (mut d, opened) = Digests::open_with(dir.path(), config(16 << 10)).unwrap();
+    let (mut d, opened) = open_dir(dir.path(), config(16 << 10)).unwrap();
     assert_eq!(opened.last_seq, 0);
     assert_eq!(
         (opened.frames, opened.files, opened.truncated),
@@ -179,7 +191,7 @@ fn round_trip_over_many_files_and_reopen() {
     let samples = d.samples();
     drop(d);
 
-    let (d, opened) = Digests::open_with(dir.path(), config(16 << 10)).unwrap();
+    let (d, opened) = open_dir(dir.path(), config(16 << 10)).unwrap();
     assert_eq!(opened.last_seq, model.last().unwrap().seq);
     assert_eq!(opened.frames, 200);
     assert_eq!(opened.files as usize, tld_files(dir.path()).len());
@@ -191,7 +203,7 @@ fn round_trip_over_many_files_and_reopen() {
 #[test]
 fn appends_that_break_the_order_are_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let (mut d, _) = Digests::open(dir.path()).unwrap();
+    let (mut d, _) = open_dir(dir.path(), DigestsConfig::default()).unwrap();
     let mut g = Gen::new();
     let f = g.frame(3, 2, 10);
     assert!(matches!(d.append(&[]), Err(HistoryError::DigestAppend(_))));
@@ -217,7 +229,7 @@ fn drop_through_frees_whole_files_and_keeps_the_rest_answerable() {
     let dir = tempfile::tempdir().unwrap();
     let mut g = Gen::new();
     let mut model = Vec::new();
-    let (mut d, _) = Digests::open_with(dir.path(), config(8 << 10)).unwrap();
+    let (mut d, _) = open_dir(dir.path(), config(8 << 10)).unwrap();
     for i in 0..120 {
         let f = g.frame(1 + i % 20, 3, 50_000_000);
         d.append(&f).unwrap();
@@ -247,7 +259,7 @@ fn drop_through_frees_whole_files_and_keeps_the_rest_answerable() {
     let model = kept;
     check_against_model(&d, &model, 3);
     drop(d);
-    let (mut d, _) = Digests::open_with(dir.path(), config(8 << 10)).unwrap();
+    let (mut d, _) = open_dir(dir.path(), config(8 << 10)).unwrap();
     check_against_model(&d, &model, 3);
     // Never the file being appended to.
     d.drop_through(u64::MAX).unwrap();
@@ -258,7 +270,7 @@ fn drop_through_frees_whole_files_and_keeps_the_rest_answerable() {
 /// Digests with frames over two files, and the offset of the newest file's last frame.
 fn two_files(dir: &Path) -> (Vec<DigestEntry>, u64, u64) {
     let mut g = Gen::new();
-    let (mut d, _) = Digests::open_with(dir, config(2048)).unwrap();
+    let (mut d, _) = open_dir(dir, config(2048)).unwrap();
     let mut model = Vec::new();
     while d.files() < 2 {
         let f = g.frame(4, 2, 1000);
@@ -299,7 +311,7 @@ fn a_torn_tail_is_cut_back_to_the_previous_frame() {
         let copy = tempfile::tempdir().unwrap();
         copy_dir(dir.path(), copy.path());
         f(&copy.path().join(newest.file_name().unwrap()));
-        let (mut d, opened) = Digests::open_with(copy.path(), config(2048)).unwrap();
+        let (mut d, opened) = open_dir(copy.path(), config(2048)).unwrap();
         (
             copy,
             opened,
@@ -320,7 +332,7 @@ fn a_torn_tail_is_cut_back_to_the_previous_frame() {
         assert_eq!(got, kept, "cut at {cut}");
         assert_eq!(opened.truncated.is_some(), cut > at, "cut at {cut}");
         again.unwrap();
-        let (d, _) = Digests::open_with(copy.path(), config(2048)).unwrap();
+        let (d, _) = open_dir(copy.path(), config(2048)).unwrap();
         assert_eq!(all(&d, None), model, "appended again after a cut at {cut}");
     }
     for i in at..len {
@@ -350,7 +362,7 @@ fn a_crash_before_the_first_frame_of_a_file_leaves_nothing_to_cut_but_the_file()
         .unwrap()
         .set_len(FILE_HEADER_LEN as u64 + 10)
         .unwrap();
-    let (d, opened) = Digests::open_with(dir.path(), config(2048)).unwrap();
+    let (d, opened) = open_dir(dir.path(), config(2048)).unwrap();
     assert!(opened.truncated.unwrap().contains("removed"));
     assert!(!first_seq_file.exists());
     let kept = all(&d, None);
@@ -377,7 +389,7 @@ fn a_flipped_byte_before_the_tail_is_corruption_with_path_and_offset() {
         std::fs::write(&p, &b).unwrap();
         // Open checks heads everywhere and entries in the newest file; the entries of an older
         // file are checked when a query reads them.
-        let found = Digests::open_with(copy.path(), config(2048))
+        let found = open_dir(copy.path(), config(2048))
             .and_then(|(d, _)| d.for_each(0, u64::MAX, None, |_| Ok(())));
         match found {
             Err(HistoryError::Corrupt {
@@ -400,7 +412,7 @@ fn a_flipped_byte_before_the_tail_is_corruption_with_path_and_offset() {
 fn a_walk_over_one_volume_reads_only_the_heads_of_frames_without_it() {
     let dir = tempfile::tempdir().unwrap();
     let mut g = Gen::new();
-    let (mut d, _) = Digests::open_with(dir.path(), config(1 << 20)).unwrap();
+    let (mut d, _) = open_dir(dir.path(), config(1 << 20)).unwrap();
     let (mut a_entries, mut b_frames, mut a_frames) = (0u64, 0u64, 0u64);
     for i in 0..100 {
         let (v, n) = if i % 4 == 0 { (1, 10) } else { (2, 30) };
@@ -430,7 +442,7 @@ fn a_walk_over_one_volume_reads_only_the_heads_of_frames_without_it() {
 fn samples_stay_within_their_bound() {
     let dir = tempfile::tempdir().unwrap();
     let mut g = Gen::new();
-    let (mut d, _) = Digests::open_with(dir.path(), config(1 << 20)).unwrap();
+    let (mut d, _) = open_dir(dir.path(), config(1 << 20)).unwrap();
     // 20 000 entries of 4 volumes, 1 ms apart: 20 s.
     for _ in 0..400 {
         d.append(&g.frame(50, 4, 1_000_000)).unwrap();
@@ -470,7 +482,7 @@ proptest! {
     ) {
         let dir = tempfile::tempdir().unwrap();
         let cfg = config(file_bytes);
-        let (mut d, _) = Digests::open_with(dir.path(), cfg).unwrap();
+        let (mut d, _) = open_dir(dir.path(), cfg).unwrap();
         let mut g = Gen::new();
         let mut model: Vec<DigestEntry> = Vec::new();
         for (spec, action) in frames {
@@ -482,7 +494,7 @@ proptest! {
                 0 => {
                     d.sync().unwrap();
                     drop(d);
-                    let (again, opened) = Digests::open_with(dir.path(), cfg).unwrap();
+                    let (again, opened) = open_dir(dir.path(), cfg).unwrap();
                     prop_assert_eq!(opened.truncated, None);
                     d = again;
                 }
@@ -507,7 +519,7 @@ proptest! {
 #[test]
 fn lookups_by_number_do_not_rely_on_numbers_rising() {
     let dir = tempfile::tempdir().unwrap();
-    let (mut d, _) = Digests::open_with(dir.path(), config(4096)).unwrap();
+    let (mut d, _) = open_dir(dir.path(), config(4096)).unwrap();
     let mut g = Gen::new();
     let mut model = Vec::new();
     for i in 0..60u64 {
@@ -526,7 +538,7 @@ fn lookups_by_number_do_not_rely_on_numbers_rising() {
     for reopen in [false, true] {
         if reopen {
             drop(d);
-            d = Digests::open_with(dir.path(), config(4096)).unwrap().0;
+            d = open_dir(dir.path(), config(4096)).unwrap().0;
         }
         for e in model.iter().filter(|e| e.volume == 1 && e.volume_seq != 0) {
             let first = model
@@ -540,4 +552,91 @@ fn lookups_by_number_do_not_rely_on_numbers_rising() {
         let mine: Vec<DigestEntry> = model.iter().filter(|e| e.volume == 1).copied().collect();
         assert_eq!(all(&d, Some(1)), mine);
     }
+}
+
+/// Memory files whose disks are fault-injecting, each created one seeded from `seed` and its
+/// name; the handles stay with the test to crash them.
+fn faulty_files(seed: u64) -> (Arc<MemFiles>, Arc<Mutex<BTreeMap<String, Faults>>>) {
+    let faults = Arc::new(Mutex::new(BTreeMap::new()));
+    let handles = Arc::clone(&faults);
+    let files = MemFiles::new(BTreeMap::new(), move |name: &str| {
+        let salt = name
+            .bytes()
+            .fold(seed, |h, b| h.rotate_left(7) ^ u64::from(b));
+        let disk = FaultyDisk::new(0, salt);
+        handles
+            .lock()
+            .unwrap()
+            .insert(name.to_string(), disk.faults());
+        Arc::new(disk) as Arc<dyn Disk>
+    });
+    (Arc::new(files), faults)
+}
+
+/// The digests on fault-injecting disks, crashed with a random subset of their unsynced
+/// writes arriving (whole, torn or not at all, in any order): open keeps every synced entry,
+/// and what it keeps past them is whole appends, never part of one.
+#[test]
+fn a_crash_keeps_every_synced_entry_and_cuts_only_whole_appends() {
+    let mut cut_some = 0;
+    for seed in 0..64u64 {
+        let (files, faults) = faulty_files(seed);
+        let store: Arc<dyn Files> = files.clone();
+        let (mut d, _) = Digests::open_with(store, PREFIX, config(2048)).unwrap();
+        let mut g = Gen::new();
+        let mut model: Vec<DigestEntry> = Vec::new();
+        // Where each append ends in the model: a crash may keep any of these prefixes.
+        let mut ends = vec![0];
+        for i in 0..(8 + seed % 9) {
+            model.extend(g.frame(1 + (i % 6) as usize, 3, 1000));
+            d.append(&model[*ends.last().unwrap()..]).unwrap();
+            ends.push(model.len());
+            if i % 3 == 0 {
+                d.sync().unwrap();
+            }
+        }
+        d.sync().unwrap();
+        let (synced, synced_seq) = (model.len(), d.last_seq());
+        // Not synced: one to four more appends, some into a new file.
+        for i in 0..(1 + seed % 4) {
+            model.extend(g.frame(2 + (i * 5 % 9) as usize, 3, 1000));
+            d.append(&model[*ends.last().unwrap()..]).unwrap();
+            ends.push(model.len());
+        }
+        drop(d);
+        let crashed: BTreeMap<String, Arc<dyn Disk>> = faults
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(name, _)| files.exists(name).unwrap())
+            .map(|(name, f)| (name.clone(), Arc::new(f.crash()) as Arc<dyn Disk>))
+            .collect();
+        let after: Arc<dyn Files> = Arc::new(MemFiles::new(crashed, |_| {
+            Arc::new(MemDisk::new(0)) as Arc<dyn Disk>
+        }));
+        let (mut d, opened) = Digests::open_with(Arc::clone(&after), PREFIX, config(2048))
+            .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+        assert!(d.last_seq() >= synced_seq, "seed {seed}");
+        let got = all(&d, None);
+        assert!(got.len() >= synced, "seed {seed}: {} < {synced}", got.len());
+        assert!(
+            ends.contains(&got.len()),
+            "seed {seed}: part of an append kept"
+        );
+        assert_eq!(got, model[..got.len()], "seed {seed}");
+        assert_eq!(opened.last_seq, d.last_seq(), "seed {seed}");
+        if got.len() < model.len() {
+            cut_some += 1;
+        }
+        // What the crash lost is appended again, and a clean reopen has it all.
+        if got.len() < model.len() {
+            d.append(&model[got.len()..]).unwrap();
+        }
+        d.sync().unwrap();
+        drop(d);
+        let (d, opened) = Digests::open_with(after, PREFIX, config(2048)).unwrap();
+        assert_eq!(opened.truncated, None, "seed {seed}");
+        assert_eq!(all(&d, None), model, "seed {seed}");
+    }
+    assert!(cut_some > 10, "only {cut_some} of 64 crashes lost anything");
 }

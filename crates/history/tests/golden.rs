@@ -1,11 +1,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-//! Golden file for the TL digest format (docs/FORMATS.md, "History: TL digests").
+//! Golden files for the TL digest format (docs/FORMATS.md, "History: TL digests") and the
+//! history state's slot ("History state").
 //!
 //! A small fixed digest — two frames, every record kind, four volumes — is written by
 //! `Digests` itself and compared byte for byte with `tests/golden/digest_v1.tld`; the
 //! committed file is then decoded and compared with the entries, encoded again from them, and
-//! opened as a digest directory. A change to the byte layout therefore fails here until the
+//! opened as the digests of a directory. A change to the byte layout therefore fails here until the
 //! file is regenerated on purpose (and the format version and docs changed with it):
 //!
 //! ```text
@@ -15,7 +16,13 @@
 use mariner_history::digest::format::{
     self, ENTRY_LEN, FILE_HEADER_LEN, FRAME_HEADER_LEN, MAX_FRAME_ENTRIES, SUMMARY_LEN, VERSION,
 };
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use mariner_disk::{Disk, MemDisk};
 use mariner_history::digest::Digests;
+use mariner_history::files::{DirFiles, Files};
+use mariner_history::state::{self, State, VolumeState, FLAG_BROKEN, FLAG_DELETED};
 use mariner_history::DigestEntry;
 use mariner_log::{LogAddr, RecordKind};
 
@@ -134,15 +141,22 @@ fn frames() -> Vec<Vec<DigestEntry>> {
     ]
 }
 
+/// The digests' name prefix, as the history engine uses it.
+const PREFIX: &str = "digest-";
+
+fn dir_files(dir: &std::path::Path) -> Arc<dyn Files> {
+    Arc::new(DirFiles::new(dir).unwrap())
+}
+
 /// The file `Digests` writes for [`frames`].
 fn written() -> Vec<u8> {
     let dir = tempfile::tempdir().unwrap();
-    let (mut d, _) = Digests::open(dir.path()).unwrap();
+    let (mut d, _) = Digests::open(dir_files(dir.path()), PREFIX).unwrap();
     for f in frames() {
         d.append(&f).unwrap();
     }
     d.sync().unwrap();
-    std::fs::read(dir.path().join(format!("{FIRST_SEQ:016x}.tld"))).unwrap()
+    std::fs::read(dir.path().join(format!("{PREFIX}{FIRST_SEQ:016x}.tld"))).unwrap()
 }
 
 fn committed() -> Vec<u8> {
@@ -164,10 +178,10 @@ fn the_golden_digest_decodes_to_its_entries_and_encodes_back() {
 }
 
 #[test]
-fn the_golden_digest_opens_as_a_directory() {
+fn the_golden_digest_opens_as_the_digests_of_a_directory() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("00000000000003e9.tld"), committed()).unwrap();
-    let (d, opened) = Digests::open(dir.path()).unwrap();
+    std::fs::write(dir.path().join("digest-00000000000003e9.tld"), committed()).unwrap();
+    let (d, opened) = Digests::open(dir_files(dir.path()), PREFIX).unwrap();
     assert_eq!((opened.last_seq, opened.frames, opened.files), (1011, 2, 1));
     assert_eq!(opened.truncated, None);
     let mut all = Vec::new();
@@ -283,4 +297,156 @@ fn fields_sit_at_documented_offsets() {
         assert_eq!(x[48], want.kind.code());
         assert!(x[49..56].iter().all(|&z| z == 0));
     }
+}
+
+/// The fixed state: every field set, each to its own value, so that two fields swapped or
+/// moved change the bytes. Volume 5 is mid roll-forward and deleted; volume 0x1234_5678 broken.
+fn fixed_state() -> State {
+    let mut volumes = BTreeMap::new();
+    volumes.insert(
+        5,
+        VolumeState {
+            flags: FLAG_DELETED,
+            levels: 0b1000_0101,
+            block_size: 4096,
+            size: 40 << 30,
+            base_seq: 70_001,
+            base_vseq: 3_002,
+            base_ts: T0 + 11,
+            rolling_seq: 80_003,
+            rolling_vseq: 3_504,
+            rolling_ts: T0 + 22,
+        },
+    );
+    volumes.insert(
+        0x1234_5678,
+        VolumeState {
+            flags: FLAG_BROKEN,
+            levels: 1,
+            block_size: 512,
+            size: 1 << 20,
+            base_seq: 60_005,
+            base_vseq: 6,
+            base_ts: T0 + 33,
+            rolling_seq: 0,
+            rolling_vseq: 0,
+            rolling_ts: 0,
+        },
+    );
+    State {
+        generation: 9,
+        indexed_seq: 90_007,
+        indexed_ts: T0 + 44,
+        pruned_seq: 50_008,
+        volumes,
+    }
+}
+
+fn committed_state() -> Vec<u8> {
+    golden("state_v1.bin", &fixed_state().encode().unwrap())
+}
+
+#[test]
+fn the_golden_state_decodes_to_its_fields_and_encodes_back() {
+    let b = committed_state();
+    assert_eq!(b.len(), 56 + 2 * 80);
+    let s = State::decode(&b).unwrap().unwrap();
+    assert_eq!(
+        (s.generation, s.indexed_seq, s.indexed_ts, s.pruned_seq),
+        (9, 90_007, T0 + 44, 50_008)
+    );
+    assert_eq!(
+        s.volumes.keys().copied().collect::<Vec<_>>(),
+        [5, 0x1234_5678]
+    );
+    let v = s.volumes[&5];
+    assert_eq!(
+        (v.flags, v.levels, v.block_size, v.size),
+        (FLAG_DELETED, 0b1000_0101, 4096, 40 << 30)
+    );
+    assert_eq!(
+        (v.base_seq, v.base_vseq, v.base_ts),
+        (70_001, 3_002, T0 + 11)
+    );
+    assert_eq!(
+        (v.rolling_seq, v.rolling_vseq, v.rolling_ts),
+        (80_003, 3_504, T0 + 22)
+    );
+    let v = s.volumes[&0x1234_5678];
+    assert_eq!(
+        (v.flags, v.levels, v.block_size, v.size),
+        (FLAG_BROKEN, 1, 512, 1 << 20)
+    );
+    assert_eq!((v.base_seq, v.base_vseq, v.base_ts), (60_005, 6, T0 + 33));
+    assert_eq!((v.rolling_seq, v.rolling_vseq, v.rolling_ts), (0, 0, 0));
+    assert_eq!(s.encode().unwrap(), b);
+    // A slot is the same bytes padded with zeros, and `save` writes exactly that.
+    let mut slot = b.clone();
+    slot.resize(state::SLOT_BYTES, 0);
+    assert_eq!(State::decode(&slot).unwrap(), Some(s.clone()));
+    let disk = MemDisk::new(0);
+    let mut saved = State {
+        generation: 8,
+        ..s.clone()
+    };
+    saved.save(&disk).unwrap();
+    let mut got = vec![0u8; state::SLOT_BYTES];
+    disk.read_at(&mut got, state::SLOT_BYTES as u64).unwrap();
+    assert!(
+        got == slot,
+        "generation 9 is saved in slot B as the golden bytes"
+    );
+    assert_eq!(State::load(&disk).unwrap(), Some(s));
+}
+
+#[test]
+fn every_damaged_byte_of_the_golden_state_is_caught() {
+    let b = committed_state();
+    each_damaged_byte(&b, |c, i, mask| {
+        assert!(
+            State::decode(c).is_err(),
+            "byte {i} ^ {mask:#04x} went unnoticed"
+        );
+    });
+}
+
+/// The table of docs/FORMATS.md "History state": fields at their documented offsets.
+#[test]
+fn state_fields_sit_at_documented_offsets() {
+    let b = committed_state();
+    assert_eq!(state::MAGIC, *b"MRHSTATE");
+    assert_eq!(
+        (state::VERSION, state::HEADER_LEN, state::VOLUME_LEN),
+        (1, 56, 80)
+    );
+    assert_eq!(state::SLOT_BYTES, 262_144);
+    assert_eq!(state::MAX_VOLUMES, 3_276);
+    assert_eq!(&b[0..8], b"MRHSTATE");
+    assert_eq!(le_u16(&b, 8), 1);
+    assert_eq!(le_u16(&b, 10), 0);
+    assert_eq!(le_u32(&b, 12), 2, "count");
+    assert_eq!(le_u64(&b, 16), 9, "generation");
+    assert_eq!(le_u64(&b, 24), 90_007, "indexed_seq");
+    assert_eq!(le_u64(&b, 32), T0 + 44, "indexed_ts");
+    assert_eq!(le_u64(&b, 40), 50_008, "pruned_seq");
+    let mut zeroed = b.clone();
+    zeroed[48..52].fill(0);
+    assert_eq!(le_u32(&b, 48), crc32c::crc32c(&zeroed), "crc");
+    assert_eq!(le_u32(&b, 52), 0);
+    let v = &b[56..136];
+    assert_eq!(le_u32(v, 0), 5, "volume");
+    assert_eq!(le_u32(v, 4), FLAG_DELETED, "flags");
+    assert_eq!(le_u32(v, 8), 0b1000_0101, "levels");
+    assert_eq!(le_u32(v, 12), 4096, "block_size");
+    let fields = [40 << 30, 70_001, 3_002, T0 + 11, 80_003, 3_504, T0 + 22, 0];
+    for (i, want) in fields.into_iter().enumerate() {
+        assert_eq!(
+            le_u64(v, 16 + 8 * i),
+            want,
+            "volume field at {}",
+            16 + 8 * i
+        );
+    }
+    assert_eq!(le_u32(&b[136..216], 0), 0x1234_5678);
+    assert_eq!(le_u32(&b[136..216], 4), FLAG_BROKEN);
 }

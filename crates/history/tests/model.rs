@@ -99,8 +99,6 @@ struct Machine {
     files: Registry,
     budget: Arc<AtomicI64>,
     next_seed: Arc<AtomicU64>,
-    /// Where history keeps parts as plain files (real files: they survive crashes whole).
-    dir: tempfile::TempDir,
 }
 
 impl Machine {
@@ -115,7 +113,6 @@ impl Machine {
             files: Arc::default(),
             budget: Arc::new(AtomicI64::new(i64::MAX)),
             next_seed: Arc::new(AtomicU64::new(seed.wrapping_mul(31))),
-            dir: tempfile::tempdir().unwrap(),
         }
     }
 
@@ -144,7 +141,7 @@ impl Machine {
             reg.lock().unwrap().insert(name.to_string(), Arc::clone(&d));
             gate(&d, &budget)
         };
-        Arc::new(MemFiles::new(existing, make).with_dir(self.dir.path()))
+        Arc::new(MemFiles::new(existing, make))
     }
 
     /// Every disk loses, keeps or tears what it had not synced.

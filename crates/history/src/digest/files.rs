@@ -1,39 +1,42 @@
-//! The digest files on disk: naming, positioned reads of frame parts, and the scan that
-//! validates a file at open.
+//! The digest files: naming, positioned reads of frame parts, and the scan that validates a
+//! file at open. Each file is a [`Disk`] of the history's [`Files`], so the model tests can
+//! put the digests on fault-injecting disks and crash them.
 
-use std::fs::{self, File};
-use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
-use super::format::{self, Damage, FrameHeader, Summary, FILE_HEADER_LEN, FRAME_HEADER_LEN};
+use mariner_disk::Disk;
+
+use super::format::{self, Damage, FrameHeader, Summary, FRAME_HEADER_LEN};
+use crate::files::{FileUse, Files};
 use crate::{DigestEntry, HistoryError};
 
-/// A file's name: its first sequence number, 16 lowercase hex digits, `.tld`.
-pub fn file_name(first_seq: u64) -> String {
-    format!("{first_seq:016x}.tld")
+/// A file's name: the prefix, its first sequence number as 16 lowercase hex digits, `.tld`.
+pub fn file_name(prefix: &str, first_seq: u64) -> String {
+    format!("{prefix}{first_seq:016x}.tld")
 }
 
-/// The digest files of `dir` by first sequence number, ascending. Other names are not ours
-/// and are left alone.
-pub fn list(dir: &Path) -> Result<Vec<(u64, PathBuf)>, HistoryError> {
-    let io = |source| HistoryError::Io {
-        path: dir.to_path_buf(),
+/// The digest files named with `prefix`, by first sequence number, ascending. Other names
+/// are not ours and are left alone.
+pub fn list(files: &dyn Files, prefix: &str) -> Result<Vec<(u64, String)>, HistoryError> {
+    let names = files.list(prefix).map_err(|source| HistoryError::Io {
+        path: files.path(prefix),
         source,
-    };
+    })?;
     let mut out = Vec::new();
-    for entry in fs::read_dir(dir).map_err(io)? {
-        let entry = entry.map_err(io)?;
-        let name = entry.file_name();
-        let Some(name) = name.to_str() else { continue };
-        let Some(hex) = name.strip_suffix(".tld") else {
+    for name in names {
+        let Some(hex) = name
+            .strip_prefix(prefix)
+            .and_then(|rest| rest.strip_suffix(".tld"))
+        else {
             continue;
         };
         if hex.len() != 16 || !hex.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f')) {
             continue;
         }
         if let Ok(seq) = u64::from_str_radix(hex, 16) {
-            out.push((seq, entry.path()));
+            out.push((seq, name));
         }
     }
     out.sort();
@@ -46,11 +49,14 @@ pub struct DigestFile {
     pub first_seq: u64,
     /// The sequence number of its last entry.
     pub last_seq: u64,
+    /// Its name among the history's files.
+    pub name: String,
+    /// Where it is, for messages.
     pub path: PathBuf,
-    pub file: File,
+    pub disk: Arc<dyn Disk>,
     /// Bytes in it: header and whole frames.
     pub len: u64,
-    /// Written since the last fdatasync.
+    /// Written since the last sync.
     pub dirty: bool,
 }
 
@@ -78,6 +84,15 @@ impl Head {
 }
 
 impl DigestFile {
+    /// Syncs what was written since the last sync, if anything.
+    pub fn settle(&mut self) -> Result<(), HistoryError> {
+        if self.dirty {
+            self.disk.sync().map_err(|e| self.io(e))?;
+            self.dirty = false;
+        }
+        Ok(())
+    }
+
     pub fn io(&self, source: std::io::Error) -> HistoryError {
         HistoryError::Io {
             path: self.path.clone(),
@@ -110,8 +125,8 @@ impl DigestFile {
         let n =
             usize::try_from(len).map_err(|_| self.io(std::io::ErrorKind::InvalidInput.into()))?;
         let mut buf = vec![0u8; n];
-        self.file
-            .read_exact_at(&mut buf, offset)
+        self.disk
+            .read_at(&mut buf, offset)
             .map_err(|e| self.io(e))?;
         counter.fetch_add(len, Ordering::Relaxed);
         Ok(Ok(buf))
@@ -218,62 +233,56 @@ impl DigestFile {
     }
 }
 
-/// Creates `<dir>/<first_seq>.tld` holding its header; the caller writes the first frame.
-pub fn create(dir: &Path, first_seq: u64) -> Result<DigestFile, HistoryError> {
-    let path = dir.join(file_name(first_seq));
-    let file = fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .open(&path)
-        .map_err(|source| HistoryError::Io {
-            path: path.clone(),
-            source,
-        })?;
-    let f = DigestFile {
-        first_seq,
-        last_seq: 0,
-        path,
-        file,
-        len: 0,
-        dirty: true,
-    };
-    let header = format::encode_file_header(first_seq);
-    f.file.write_all_at(&header, 0).map_err(|e| f.io(e))?;
-    Ok(DigestFile {
-        len: FILE_HEADER_LEN as u64,
-        ..f
-    })
-}
-
-/// Opens an existing file (read-write: the newest one is appended to, and cut if torn).
-pub fn open(first_seq: u64, path: PathBuf) -> Result<DigestFile, HistoryError> {
+/// Creates the file of `first_seq`, empty: the caller writes its header with its first frame,
+/// in one write. Refuses a name that exists: a file the listing did not show is not ours to
+/// overwrite.
+pub fn create(files: &dyn Files, prefix: &str, first_seq: u64) -> Result<DigestFile, HistoryError> {
+    let name = file_name(prefix, first_seq);
+    let path = files.path(&name);
     let io = |source| HistoryError::Io {
         path: path.clone(),
         source,
     };
-    let file = fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&path)
-        .map_err(io)?;
-    let len = file.metadata().map_err(io)?.len();
+    if files.exists(&name).map_err(io)? {
+        return Err(io(std::io::ErrorKind::AlreadyExists.into()));
+    }
+    // Whatever length a new disk comes with, the first append sets the file's.
+    let disk = files.open(&name, FileUse::Sequential).map_err(io)?;
     Ok(DigestFile {
         first_seq,
         last_seq: 0,
+        name,
         path,
-        file,
+        disk,
+        len: 0,
+        dirty: false,
+    })
+}
+
+/// Opens an existing file (the newest one is appended to, and cut if torn).
+pub fn open(files: &dyn Files, first_seq: u64, name: String) -> Result<DigestFile, HistoryError> {
+    let path = files.path(&name);
+    let io = |source| HistoryError::Io {
+        path: path.clone(),
+        source,
+    };
+    let disk = files.open(&name, FileUse::Sequential).map_err(io)?;
+    let len = disk.len().map_err(io)?;
+    Ok(DigestFile {
+        first_seq,
+        last_seq: 0,
+        name,
+        path,
+        disk,
         len,
         dirty: false,
     })
 }
 
-/// fsyncs the directory, so that files created or removed in it stay so.
-pub fn sync_dir(dir: &Path) -> Result<(), HistoryError> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|source| HistoryError::Io {
-            path: dir.to_path_buf(),
-            source,
-        })
+/// Makes the creation of files durable (a directory's fsync).
+pub fn sync_dir(files: &dyn Files) -> Result<(), HistoryError> {
+    files.sync_dir().map_err(|source| HistoryError::Io {
+        path: files.path(""),
+        source,
+    })
 }

@@ -1,23 +1,24 @@
 //! Opening the digests: validate every file's header and every frame's header and summaries,
 //! read the newest file whole, cut a torn tail, rebuild the samples.
 
-use std::os::unix::fs::FileExt;
-use std::path::Path;
 use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
 
 use super::files::{self, DigestFile};
 use super::format::{self, Damage, FILE_HEADER_LEN};
 use super::samples::Samples;
 use super::{Digests, DigestsConfig, DigestsOpen};
+use crate::files::Files;
 use crate::HistoryError;
 
 impl Digests {
-    /// Opens the digests in `dir`, creating the directory if missing. Checks every frame's
+    /// Opens the digest files named `prefix…` in `store` (none: empty digests). Checks every frame's
     /// header and summaries (entries only in the newest file, which is read whole), cuts a
     /// torn tail of the newest file (and says why in [`DigestsOpen::truncated`]), refuses
     /// damage anywhere else with [`HistoryError::Corrupt`], and rebuilds the samples.
     pub fn open_with(
-        dir: &Path,
+        store: Arc<dyn Files>,
+        prefix: &str,
         config: DigestsConfig,
     ) -> Result<(Self, DigestsOpen), HistoryError> {
         if config.file_bytes < (FILE_HEADER_LEN + format::FRAME_HEADER_LEN) as u64 {
@@ -26,13 +27,10 @@ impl Digests {
                 config.file_bytes
             )));
         }
-        std::fs::create_dir_all(dir).map_err(|source| HistoryError::Io {
-            path: dir.to_path_buf(),
-            source,
-        })?;
-        let names = files::list(dir)?;
+        let names = files::list(store.as_ref(), prefix)?;
         let mut d = Digests {
-            dir: dir.to_path_buf(),
+            store,
+            prefix: prefix.to_string(),
             config,
             files: Vec::with_capacity(names.len()),
             samples: Samples::default(),
@@ -43,14 +41,13 @@ impl Digests {
         };
         let mut report = DigestsOpen::default();
         let newest = names.len().saturating_sub(1);
-        for (i, (first_seq, path)) in names.into_iter().enumerate() {
-            let mut f = files::open(first_seq, path)?;
+        for (i, (first_seq, name)) in names.into_iter().enumerate() {
+            let mut f = files::open(d.store.as_ref(), first_seq, name)?;
             let frames = d.scan(&mut f, i == newest, &mut report)?;
             if frames == 0 {
                 // Only the newest file can get here (scan refuses an empty older one): it was
                 // created, and the crash came before its first frame was synced.
-                std::fs::remove_file(&f.path).map_err(|e| f.io(e))?;
-                files::sync_dir(dir)?;
+                d.store.remove(&f.name).map_err(|e| f.io(e))?;
                 let why = format!("{}: no intact frame; removed", f.path.display());
                 report.truncated = Some(match report.truncated.take() {
                     Some(cut) => format!("{cut}; {why}"),
@@ -76,7 +73,7 @@ impl Digests {
     ) -> Result<u64, HistoryError> {
         let counter = AtomicU64::new(0);
         let mut header = vec![0u8; FILE_HEADER_LEN.min(f.len as usize)];
-        f.file.read_exact_at(&mut header, 0).map_err(|e| f.io(e))?;
+        f.disk.read_at(&mut header, 0).map_err(|e| f.io(e))?;
         let checked = format::decode_file_header(&header).and_then(|seq| {
             if seq == f.first_seq {
                 Ok(())
@@ -161,8 +158,8 @@ impl Digests {
             return Err(f.corrupt(d, pos));
         }
         let cut = f.len - pos;
-        f.file.set_len(pos).map_err(|e| f.io(e))?;
-        f.file.sync_all().map_err(|e| f.io(e))?;
+        f.disk.set_len(pos).map_err(|e| f.io(e))?;
+        f.disk.sync().map_err(|e| f.io(e))?;
         f.len = pos;
         report.truncated = Some(format!(
             "{}: cut {cut} bytes at byte {pos} (torn tail: {} at byte {})",
