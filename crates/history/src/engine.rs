@@ -61,8 +61,8 @@ impl Default for HistoryConfig {
             window: Duration::from_secs(7 * 24 * 3600),
             min_window: Duration::from_secs(3600),
             index: IndexConfig::default(),
-            batch_records: 4096,
-            batch_interval: Duration::from_millis(50),
+            batch_records: 16_384,
+            batch_interval: Duration::from_millis(200),
             state_interval: Duration::from_secs(1),
             background: true,
             kind: HoldKind::Shrinkable,
@@ -128,6 +128,7 @@ pub(crate) struct Inner {
     failed: Mutex<Option<String>>,
     /// When history last warned that it shrank (warnings at most once a minute).
     pub last_warning: Mutex<Option<Instant>>,
+    pub roll_due: Mutex<crate::retention::RollDue>,
 }
 
 /// The indexer's own state.
@@ -247,6 +248,7 @@ impl History {
             stop: AtomicBool::new(false),
             failed: Mutex::new(None),
             last_warning: Mutex::new(None),
+            roll_due: Mutex::default(),
         };
         Ok(Self {
             inner: Arc::new(inner),
@@ -438,8 +440,14 @@ impl DurableSink for History {
                 }
             }
         }
-        lock(&self.inner.incoming).extend(entries);
-        self.inner.wake.notify_one();
+        let full = {
+            let mut q = lock(&self.inner.incoming);
+            q.extend(entries);
+            q.len() >= self.inner.cfg.batch_records
+        };
+        if full {
+            self.inner.wake.notify_one();
+        }
     }
 }
 
@@ -514,12 +522,18 @@ impl Inner {
     fn run(self: Arc<Self>) {
         while !self.stop.load(Relaxed) {
             {
-                let q = lock(&self.incoming);
-                if q.len() < self.cfg.batch_records {
-                    let _ = self
+                // A batch is a full one or what came in one interval: each costs syncs.
+                let started = Instant::now();
+                let mut q = lock(&self.incoming);
+                while q.len() < self.cfg.batch_records && !self.stop.load(Relaxed) {
+                    let Some(left) = self.cfg.batch_interval.checked_sub(started.elapsed()) else {
+                        break;
+                    };
+                    q = self
                         .wake
-                        .wait_timeout(q, self.cfg.batch_interval)
-                        .unwrap_or_else(PoisonError::into_inner);
+                        .wait_timeout(q, left)
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .0;
                 }
             }
             if let Err(e) = self.step(true) {

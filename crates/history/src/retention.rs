@@ -30,6 +30,16 @@ use crate::{DigestEntry, HistoryError};
 const ROUND_RECORDS: u64 = 16_384;
 /// Share of the log history may hold before it rolls forward early (shrinks).
 const PRESSURE: f64 = 0.6;
+/// Expiry rolls forward at most this often (shrinking, whenever the log is pressed).
+const ROLL_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// When the next roll-forward for expiry can be due.
+#[derive(Debug, Default)]
+pub(crate) struct RollDue {
+    /// The timestamp of the oldest record not yet rolled forward, when known (0: unknown).
+    pub next_ts: u64,
+    pub last: Option<std::time::Instant>,
+}
 
 impl Inner {
     /// Rolls the bases forward over what left the window, or over the oldest records when
@@ -38,6 +48,18 @@ impl Inner {
         let now = self.clock.wall_ns();
         let cutoff = now.saturating_sub(nanos(self.cfg.window));
         let pressed = self.log_pressed();
+        if !pressed {
+            // Nothing reads the digests until the oldest record kept is due, and rounds of
+            // expiry come at most every ROLL_INTERVAL, so each syncs a batch of them.
+            let due = lock(&self.roll_due);
+            if due.next_ts > cutoff
+                || due
+                    .last
+                    .is_some_and(|t| self.clock.now().saturating_duration_since(t) < ROLL_INTERVAL)
+            {
+                return Ok(());
+            }
+        }
         let (from, indexed) = {
             let st = lock(&self.state);
             let from = st
@@ -61,6 +83,7 @@ impl Inner {
             Ok(())
         })?;
         let expired = entries.partition_point(|e| e.timestamp_ns < cutoff);
+        lock(&self.roll_due).next_ts = entries.get(expired).map_or(0, |e| e.timestamp_ns);
         let take = if pressed {
             // Shrink: at least an eighth of the round's records, oldest first — under the
             // throttle policy never past `min_window` (writers wait instead: history is then
@@ -78,6 +101,7 @@ impl Inner {
             return Ok(());
         }
         entries.truncate(take);
+        lock(&self.roll_due).last = Some(self.clock.now());
         if take > expired {
             self.stats.shrinks.fetch_add(1, Relaxed);
             let oldest = entries.last().map_or(0, |e| e.timestamp_ns);

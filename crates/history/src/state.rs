@@ -227,11 +227,22 @@ impl State {
         }
         let mut slots = Vec::new();
         for i in 0..2u64 {
-            let mut b = vec![0u8; SLOT_BYTES];
+            // The header says how long the state is; what follows it in the slot (an older,
+            // longer state's end) is not part of it.
             let at = i * SLOT_BYTES as u64;
-            if at < len {
-                let n = (len - at).min(SLOT_BYTES as u64) as usize;
+            let room = len.saturating_sub(at).min(SLOT_BYTES as u64) as usize;
+            let mut b = vec![0u8; HEADER_LEN];
+            let n = room.min(HEADER_LEN);
+            if n > 0 {
                 disk.read_at(&mut b[..n], at).map_err(|e| e.to_string())?;
+            }
+            let count = (u32_at(&b, h::COUNT) as usize).min(MAX_VOLUMES);
+            let want = HEADER_LEN + count * VOLUME_LEN;
+            b.resize(want, 0);
+            let n = room.min(want);
+            if n > HEADER_LEN {
+                disk.read_at(&mut b[HEADER_LEN..n], at + HEADER_LEN as u64)
+                    .map_err(|e| e.to_string())?;
             }
             slots.push(Self::decode(&b));
         }
@@ -261,8 +272,9 @@ impl State {
     /// durably.
     pub fn save(&mut self, disk: &dyn Disk) -> Result<(), String> {
         self.generation += 1;
+        // Only the state itself, to a whole 4 KiB: a save costs a page, not the slot.
         let mut b = self.encode()?;
-        b.resize(SLOT_BYTES, 0);
+        b.resize(b.len().next_multiple_of(4096), 0);
         let at = (self.generation % 2) * SLOT_BYTES as u64;
         if disk.len().map_err(|e| e.to_string())? < 2 * SLOT_BYTES as u64 {
             disk.set_len(2 * SLOT_BYTES as u64)

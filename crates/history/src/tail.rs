@@ -4,7 +4,7 @@
 //! Records arrive in completion order (devices finish out of order), so a lookup takes the
 //! newest covering version among all of a volume's tail records, not the last one added.
 //! The tail is short: the indexer takes records off it once they are indexed, a batch at a
-//! time (by default every 50 ms or 4,096 records).
+//! time (by default every 200 ms or 16,384 records).
 
 use std::collections::{BTreeMap, HashMap};
 

@@ -99,6 +99,8 @@ struct Machine {
     files: Registry,
     budget: Arc<AtomicI64>,
     next_seed: Arc<AtomicU64>,
+    /// The file set history has open, to see which files it removed.
+    live: Mutex<Option<Arc<MemFiles>>>,
 }
 
 impl Machine {
@@ -113,6 +115,7 @@ impl Machine {
             files: Arc::default(),
             budget: Arc::new(AtomicI64::new(i64::MAX)),
             next_seed: Arc::new(AtomicU64::new(seed.wrapping_mul(31))),
+            live: Mutex::new(None),
         }
     }
 
@@ -141,15 +144,25 @@ impl Machine {
             reg.lock().unwrap().insert(name.to_string(), Arc::clone(&d));
             gate(&d, &budget)
         };
-        Arc::new(MemFiles::new(existing, make))
+        let files = Arc::new(MemFiles::new(existing, make));
+        *self.live.lock().unwrap() = Some(Arc::clone(&files));
+        files
     }
 
     /// Every disk loses, keeps or tears what it had not synced.
     fn crash(&mut self) {
         self.log_dev = Arc::new(self.log_dev.crash());
+        // Files history removed stay removed (a removal is durable when it returns).
+        let present: Option<Vec<String>> = self
+            .live
+            .lock()
+            .unwrap()
+            .as_ref()
+            .map(|f| f.disks().into_keys().collect());
         let mut reg = self.files.lock().unwrap();
         let crashed: BTreeMap<String, Arc<FaultyDisk>> = reg
             .iter()
+            .filter(|(n, _)| present.as_ref().is_none_or(|p| p.contains(n)))
             .map(|(n, d)| (n.clone(), Arc::new(d.crash())))
             .collect();
         *reg = crashed;
