@@ -252,11 +252,13 @@ impl Inner {
             .map(|(&id, v)| (id, (v.base_seq, v.rolling_seq)))
             .collect();
         let bases = lock(&self.bases).clone();
-        let mut touched = BTreeMap::new();
-        let mut bytes = 0u64;
         let mut lost = Vec::new();
         let mut gone = Vec::new();
-        for e in entries {
+        // Per volume, what each byte of the round ends up as: the newest record covering it.
+        // Applied in volume order — one ascending sweep of each base, overwritten bytes
+        // written once — which gives the same image as applying the records in order.
+        let mut plans: BTreeMap<u32, Overlay> = BTreeMap::new();
+        for (i, e) in entries.iter().enumerate() {
             let Some(&(after, through)) = rolling.get(&e.volume) else {
                 continue;
             };
@@ -268,38 +270,54 @@ impl Inner {
                 gone.push(e.volume);
                 continue;
             }
-            if !e.kind.changes_data() {
-                continue;
+            if e.kind.changes_data() && e.length > 0 {
+                let end = e.offset + u64::from(e.length);
+                plans.entry(e.volume).or_default().put(e.offset, end, i);
             }
-            let Some(disk) = bases.get(&e.volume) else {
+        }
+        let mut bytes = 0u64;
+        for (id, plan) in &plans {
+            let Some(disk) = bases.get(id) else {
                 continue;
             };
-            let name = base_name(e.volume);
-            let io = io_err(self.files.as_ref(), &name);
-            match e.kind {
-                RecordKind::Write => match log.read(e.addr, e.seq) {
-                    Ok((_, payload)) => {
-                        grow(disk.as_ref(), e.offset + payload.len() as u64).map_err(&io)?;
-                        disk.write_at(&payload, e.offset).map_err(&io)?;
-                        bytes += payload.len() as u64;
-                    }
-                    Err(mariner_log::LogError::Gone { .. }) => {
-                        lost.push(e.volume);
-                        continue;
-                    }
-                    Err(err) => return Err(err.into()),
-                },
-                _ => {
-                    let len = u64::from(e.length);
-                    grow(disk.as_ref(), e.offset + len).map_err(&io)?;
-                    disk.punch_hole(e.offset, len).map_err(&io)?;
+            let io = io_err(self.files.as_ref(), &base_name(*id));
+            let mut len = disk.len().map_err(&io)?;
+            let mut cached: Option<(usize, Vec<u8>)> = None;
+            for (&start, &(end, i)) in &plan.0 {
+                let e = &entries[i];
+                if end > len {
+                    disk.set_len(end).map_err(&io)?;
+                    len = end;
                 }
+                if e.kind != RecordKind::Write {
+                    disk.punch_hole(start, end - start).map_err(&io)?;
+                    continue;
+                }
+                if cached.as_ref().is_none_or(|(c, _)| *c != i) {
+                    match log.read(e.addr, e.seq) {
+                        Ok((_, payload)) => cached = Some((i, payload)),
+                        Err(mariner_log::LogError::Gone { .. }) => {
+                            lost.push(*id);
+                            break;
+                        }
+                        Err(err) => return Err(err.into()),
+                    }
+                }
+                let payload = cached
+                    .as_ref()
+                    .map(|(_, p)| p.as_slice())
+                    .unwrap_or_default();
+                let from = (start - e.offset) as usize;
+                let to = (end - e.offset) as usize;
+                let part = payload.get(from..to).ok_or_else(|| HistoryError::Corrupt {
+                    path: self.files.path(&base_name(*id)),
+                    at: start,
+                    why: format!("record {} is shorter than its extent", e.seq),
+                })?;
+                disk.write_at(part, start).map_err(&io)?;
+                bytes += part.len() as u64;
             }
-            touched.insert(e.volume, disk.clone());
-        }
-        for (id, disk) in &touched {
-            disk.sync()
-                .map_err(io_err(self.files.as_ref(), &base_name(*id)))?;
+            disk.sync().map_err(&io)?;
         }
         {
             let mut st = lock(&self.state);
@@ -379,9 +397,67 @@ fn nanos(d: std::time::Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
-fn grow(disk: &dyn mariner_disk::Disk, len: u64) -> std::io::Result<()> {
-    if disk.len()? < len {
-        disk.set_len(len)?;
+/// Byte ranges of a volume, each to be written from one record: putting a range cuts what
+/// it overlaps, so the newest put wins every byte.
+#[derive(Debug, Default)]
+struct Overlay(BTreeMap<u64, (u64, usize)>);
+
+impl Overlay {
+    fn put(&mut self, start: u64, end: u64, record: usize) {
+        // A range starting before `start` that reaches into it keeps its head (and its tail
+        // past `end`, if it reaches that far).
+        if let Some((&s, &(e, r))) = self.0.range(..start).next_back() {
+            if e > start {
+                self.0.insert(s, (start, r));
+                if e > end {
+                    self.0.insert(end, (e, r));
+                }
+            }
+        }
+        let inside: Vec<u64> = self.0.range(start..end).map(|(&s, _)| s).collect();
+        for s in inside {
+            if let Some((e, r)) = self.0.remove(&s) {
+                if e > end {
+                    self.0.insert(end, (e, r));
+                }
+            }
+        }
+        self.0.insert(start, (end, record));
     }
-    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Overlay;
+
+    /// The overlay gives every byte the newest record that covered it.
+    #[test]
+    fn the_newest_put_wins_every_byte() {
+        let mut x = 7u64;
+        for _ in 0..200 {
+            let mut o = Overlay::default();
+            let mut model = vec![None; 64];
+            for r in 0..12 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let s = x % 64;
+                let e = (s + 1 + (x >> 8) % 20).min(64);
+                o.put(s, e, r);
+                for b in &mut model[s as usize..e as usize] {
+                    *b = Some(r);
+                }
+            }
+            let mut got = vec![None; 64];
+            let mut last_end = 0;
+            for (&s, &(e, r)) in &o.0 {
+                assert!(s >= last_end && e > s, "ranges overlap or are empty");
+                last_end = e;
+                for b in &mut got[s as usize..e as usize] {
+                    *b = Some(r);
+                }
+            }
+            assert_eq!(got, model);
+        }
+    }
 }
