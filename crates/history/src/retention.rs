@@ -88,7 +88,10 @@ impl Inner {
             // Shrink: at least an eighth of the round's records, oldest first — under the
             // throttle policy never past `min_window` (writers wait instead: history is then
             // a must-hold holder).
-            let mut shrink = entries.len().div_ceil(8);
+            let mut shrink = entries
+                .len()
+                .div_ceil(8)
+                .max(self.shrink_share(entries.len()));
             if self.cfg.kind == HoldKind::MustHold {
                 let floor = now.saturating_sub(nanos(self.cfg.min_window));
                 shrink = shrink.min(entries.partition_point(|e| e.timestamp_ns < floor));
@@ -145,9 +148,24 @@ impl Inner {
         }
     }
 
+    /// Of `n` records history holds at its old end, how many to roll forward now to bring
+    /// what it holds of the log back to 40 %, assuming they fill segments alike.
+    fn shrink_share(&self, n: usize) -> usize {
+        let (Some(log), Some(h)) = (self.log.get(), self.holder.get()) else {
+            return 0;
+        };
+        let total = log.stats().segments_total.load(Relaxed) as f64;
+        let held = h.segments_held() as f64;
+        if held <= 0.0 {
+            return 0;
+        }
+        let excess = ((held - 0.4 * total) / held).clamp(0.0, 1.0);
+        (n as f64 * excess).ceil() as usize
+    }
+
     /// Whether history holds so much of the log that it must shrink rather than wait for
     /// records to age out.
-    fn log_pressed(&self) -> bool {
+    pub(crate) fn log_pressed(&self) -> bool {
         let (Some(log), Some(h)) = (self.log.get(), self.holder.get()) else {
             return false;
         };
