@@ -129,6 +129,8 @@ pub(crate) struct Inner {
     /// When history last warned that it shrank (warnings at most once a minute).
     pub last_warning: Mutex<Option<Instant>>,
     pub roll_due: Mutex<crate::retention::RollDue>,
+    /// Volumes whose window is not the configured one: their own, or `None` for history off.
+    pub windows: Mutex<BTreeMap<u32, Option<Duration>>>,
 }
 
 /// The indexer's own state.
@@ -249,6 +251,7 @@ impl History {
             failed: Mutex::new(None),
             last_warning: Mutex::new(None),
             roll_due: Mutex::default(),
+            windows: Mutex::default(),
         };
         Ok(Self {
             inner: Arc::new(inner),
@@ -397,6 +400,11 @@ impl History {
     pub fn configured_window(&self) -> Duration {
         self.inner.cfg.window
     }
+
+    /// The window asked for `volume` (its own, else the configured one).
+    pub fn window_of(&self, volume: u32) -> Duration {
+        self.inner.window_of(volume)
+    }
 }
 
 impl DurableSink for History {
@@ -430,8 +438,11 @@ impl DurableSink for History {
                 .views
                 .write()
                 .unwrap_or_else(PoisonError::into_inner);
+            let windows = lock(&self.inner.windows);
             for e in entries.iter().filter(|e| e.kind != RecordKind::Void) {
-                provisional_view(&mut views, e);
+                if windows.get(&e.volume) != Some(&None) {
+                    provisional_view(&mut views, e);
+                }
                 if let Some(v) = views.get_mut(&e.volume) {
                     if e.volume_seq > v.last_vseq {
                         v.last_vseq = e.volume_seq;
@@ -645,10 +656,11 @@ impl Inner {
     fn apply_lifecycle(&self, st: &mut State, e: &DigestEntry) -> Result<(), HistoryError> {
         match e.kind {
             RecordKind::VolumeCreated => {
-                if st
-                    .volumes
-                    .get(&e.volume)
-                    .is_some_and(|v| v.base_seq >= e.seq)
+                if lock(&self.windows).get(&e.volume) == Some(&None)
+                    || st
+                        .volumes
+                        .get(&e.volume)
+                        .is_some_and(|v| v.base_seq >= e.seq)
                 {
                     return Ok(());
                 }
@@ -809,8 +821,11 @@ impl Inner {
     fn note_tail_newest(&self) {
         let ix = lock(&self.indexer);
         let mut views = self.views.write().unwrap_or_else(PoisonError::into_inner);
+        let windows = lock(&self.windows);
         for e in ix.pending.values().filter(|e| e.kind != RecordKind::Void) {
-            provisional_view(&mut views, e);
+            if windows.get(&e.volume) != Some(&None) {
+                provisional_view(&mut views, e);
+            }
             if let Some(w) = views.get_mut(&e.volume) {
                 if e.volume_seq > w.last_vseq {
                     w.last_vseq = e.volume_seq;

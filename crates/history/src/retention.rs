@@ -36,23 +36,32 @@ const ROLL_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 /// When the next roll-forward for expiry can be due.
 #[derive(Debug, Default)]
 pub(crate) struct RollDue {
-    /// The timestamp of the oldest record not yet rolled forward, when known (0: unknown).
-    pub next_ts: u64,
+    /// The wall-clock time at which the oldest record kept leaves its volume's window, when
+    /// known (0: unknown).
+    pub next_wall: u64,
     pub last: Option<std::time::Instant>,
 }
 
+/// Where a roll-forward takes one volume's base: every record of the volume up to log
+/// sequence number `seq`; the base is then as of `ts`, after the volume's write `vseq`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Target {
+    pub seq: u64,
+    pub vseq: u64,
+    pub ts: u64,
+}
+
 impl Inner {
-    /// Rolls the bases forward over what left the window, or over the oldest records when
-    /// the log is filling.
+    /// Rolls the bases forward over what left each volume's window, or over the oldest
+    /// records when the log is filling.
     pub(crate) fn roll_forward_if_due(&self) -> Result<(), HistoryError> {
         let now = self.clock.wall_ns();
-        let cutoff = now.saturating_sub(nanos(self.cfg.window));
         let pressed = self.log_pressed();
         if !pressed {
             // Nothing reads the digests until the oldest record kept is due, and rounds of
             // expiry come at most every ROLL_INTERVAL, so each syncs a batch of them.
             let due = lock(&self.roll_due);
-            if due.next_ts > cutoff
+            if due.next_wall > now
                 || due
                     .last
                     .is_some_and(|t| self.clock.now().saturating_duration_since(t) < ROLL_INTERVAL)
@@ -60,17 +69,17 @@ impl Inner {
                 return Ok(());
             }
         }
-        let (from, indexed) = {
+        let (bases, indexed) = {
             let st = lock(&self.state);
-            let from = st
+            let bases: BTreeMap<u32, crate::state::VolumeState> = st
                 .volumes
-                .values()
-                .filter(|v| v.flags & FLAG_BROKEN == 0)
-                .map(|v| v.base_seq)
-                .min();
-            (from, st.indexed_seq)
+                .iter()
+                .filter(|(_, v)| v.flags & FLAG_BROKEN == 0)
+                .map(|(&id, v)| (id, *v))
+                .collect();
+            (bases, st.indexed_seq)
         };
-        let Some(from) = from else {
+        let Some(from) = bases.values().map(|v| v.base_seq).min() else {
             return Ok(());
         };
         if from >= indexed {
@@ -82,35 +91,92 @@ impl Inner {
             entries.push(*e);
             Ok(())
         })?;
-        let expired = entries.partition_point(|e| e.timestamp_ns < cutoff);
-        lock(&self.roll_due).next_ts = entries.get(expired).map_or(0, |e| e.timestamp_ns);
-        let take = if pressed {
-            // Shrink: at least an eighth of the round's records, oldest first — under the
-            // throttle policy never past `min_window` (writers wait instead: history is then
-            // a must-hold holder).
-            let mut shrink = entries
+        // Expiry, volume by volume: a volume's base goes up to just before its first record
+        // still inside its window (past other volumes' records: its base does not change
+        // there), and is then as of its last record that left.
+        let mut targets: BTreeMap<u32, Target> = BTreeMap::new();
+        let mut next_wall = u64::MAX;
+        let mut expired_records = 0usize;
+        for (&id, v) in &bases {
+            let window = nanos(self.window_of(id));
+            let cutoff = now.saturating_sub(window);
+            let mut t = Target {
+                seq: through,
+                vseq: v.base_vseq,
+                ts: v.base_ts,
+            };
+            for e in entries
+                .iter()
+                .filter(|e| e.volume == id && e.seq > v.base_seq)
+            {
+                if e.timestamp_ns >= cutoff {
+                    t.seq = e.seq - 1;
+                    next_wall = next_wall.min(e.timestamp_ns.saturating_add(window));
+                    break;
+                }
+                t.vseq = e.volume_seq;
+                t.ts = e.timestamp_ns;
+                expired_records += 1;
+            }
+            if t.seq > v.base_seq {
+                targets.insert(id, t);
+            }
+        }
+        lock(&self.roll_due).next_wall = if next_wall == u64::MAX { 0 } else { next_wall };
+        if pressed {
+            // Shrink: at least an eighth of the round's records, oldest first, whatever their
+            // volume — under the throttle policy never past `min_window` (writers wait
+            // instead: history is then a must-hold holder).
+            let mut take = entries
                 .len()
                 .div_ceil(8)
                 .max(self.shrink_share(entries.len()));
             if self.cfg.kind == HoldKind::MustHold {
                 let floor = now.saturating_sub(nanos(self.cfg.min_window));
-                shrink = shrink.min(entries.partition_point(|e| e.timestamp_ns < floor));
+                take = take.min(entries.partition_point(|e| e.timestamp_ns < floor));
             }
-            expired.max(shrink)
-        } else {
-            expired
-        };
-        if take == 0 {
+            let taken = &entries[..take.min(entries.len())];
+            let mut shrank = 0usize;
+            if let Some(end) = taken.last().map(|e| e.seq) {
+                for (&id, v) in &bases {
+                    let mut t = targets.get(&id).copied().unwrap_or(Target {
+                        seq: v.base_seq,
+                        vseq: v.base_vseq,
+                        ts: v.base_ts,
+                    });
+                    if end <= t.seq {
+                        continue;
+                    }
+                    for e in taken.iter().filter(|e| e.volume == id && e.seq > t.seq) {
+                        t.vseq = e.volume_seq;
+                        t.ts = e.timestamp_ns;
+                        shrank += 1;
+                    }
+                    t.seq = end;
+                    targets.insert(id, t);
+                }
+            }
+            if shrank > 0 {
+                self.stats.shrinks.fetch_add(1, Relaxed);
+                let oldest = targets.values().map(|t| t.ts).min().unwrap_or(0);
+                self.warn_shrink(now, oldest, shrank);
+            }
+        }
+        let _ = expired_records;
+        if targets.is_empty() {
             return Ok(());
         }
-        entries.truncate(take);
         lock(&self.roll_due).last = Some(self.clock.now());
-        if take > expired {
-            self.stats.shrinks.fetch_add(1, Relaxed);
-            let oldest = entries.last().map_or(0, |e| e.timestamp_ns);
-            self.warn_shrink(now, oldest, take - expired);
-        }
-        self.roll_forward(&entries)
+        self.roll_forward(&entries, &targets)
+    }
+
+    /// The window of `volume` (its own, or the configured one).
+    pub(crate) fn window_of(&self, volume: u32) -> std::time::Duration {
+        lock(&self.windows)
+            .get(&volume)
+            .copied()
+            .flatten()
+            .unwrap_or(self.cfg.window)
     }
 
     /// Says that history shrank — at most once a minute, with what it shrank to — and raises
@@ -174,25 +240,24 @@ impl Inner {
     }
 
     /// Rolls the bases forward over `entries` (ascending, all indexed).
-    fn roll_forward(&self, entries: &[DigestEntry]) -> Result<(), HistoryError> {
-        let Some(last) = entries.last() else {
-            return Ok(());
-        };
-        let (target, ts) = (last.seq, last.timestamp_ns);
+    fn roll_forward(
+        &self,
+        entries: &[DigestEntry],
+        targets: &BTreeMap<u32, Target>,
+    ) -> Result<(), HistoryError> {
         // 1. Floors up, intent saved.
         {
             let mut st = lock(&self.state);
-            let mut vseqs: BTreeMap<u32, u64> = BTreeMap::new();
-            for e in entries {
-                vseqs.insert(e.volume, e.volume_seq);
-            }
-            for (id, v) in st.volumes.iter_mut() {
-                if v.flags & FLAG_BROKEN != 0 || v.base_seq >= target {
+            for (id, t) in targets {
+                let Some(v) = st.volumes.get_mut(id) else {
+                    continue;
+                };
+                if v.flags & FLAG_BROKEN != 0 || v.base_seq >= t.seq {
                     continue;
                 }
-                v.rolling_seq = target;
-                v.rolling_vseq = vseqs.get(id).copied().unwrap_or(v.base_vseq);
-                v.rolling_ts = ts;
+                v.rolling_seq = t.seq;
+                v.rolling_vseq = t.vseq;
+                v.rolling_ts = t.ts;
             }
         }
         self.note_views();

@@ -138,6 +138,43 @@ impl History {
         Ok(())
     }
 
+    /// Sets `volume`'s protection window: `Some` its own instead of the configured one,
+    /// `None` no history for it. Turning history off drops what it kept of the volume at once
+    /// (base image, state, views); a volume created later with history off is never followed.
+    /// Call it before the volume's creation record is appended, and at start-up before
+    /// [`History::start`].
+    pub fn set_window(
+        &self,
+        volume: u32,
+        window: Option<std::time::Duration>,
+    ) -> Result<(), HistoryError> {
+        let inner = &self.inner;
+        lock(&inner.windows).insert(volume, window);
+        if window.is_some() {
+            return Ok(());
+        }
+        let had = lock(&inner.state).volumes.remove(&volume).is_some();
+        inner
+            .views
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&volume);
+        lock(&inner.bases).remove(&volume);
+        if had {
+            inner.save(true)?;
+            let name = base_name(volume);
+            inner
+                .files
+                .remove(&name)
+                .map_err(io_err(inner.files.as_ref(), &name))?;
+            tracing::info!(
+                volume,
+                "history turned off for a volume: what it kept is dropped"
+            );
+        }
+        Ok(())
+    }
+
     /// For a new history: start at the log's sequence number `seq` (the store's watermark):
     /// records at or below it are in the images, and volumes are seeded from those.
     pub fn begin_at(&self, seq: u64, timestamp_ns: u64) {

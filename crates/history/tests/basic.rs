@@ -72,12 +72,13 @@ impl Rig {
     fn open(&self, window: Duration) -> (Log, History) {
         let files: Arc<dyn mariner_history::files::Files> = self.files.clone();
         let h = History::open_with_clock(files, cfg(window), self.clock.clone()).unwrap();
-        let (log, rec) = Log::open(
+        let (log, rec) = Log::open_with_clock(
             self.devices.clone(),
             log_cfg(),
             LOG_ID,
             &[h.holder_spec()],
             Arc::new(h.clone()),
+            self.clock.clone(),
         )
         .unwrap();
         h.start(log.clone(), &rec).unwrap();
@@ -229,5 +230,80 @@ fn the_base_rolls_forward_past_the_window_and_older_instants_expire() {
     drop((log, h));
     let (log, h) = rig.open(Duration::from_secs(60));
     check_all(&h, &o, old_last);
+    log.shutdown();
+}
+
+/// Two volumes with their own windows, one with history turned off, one deleted: each keeps
+/// what its own window says; a deleted volume stays readable until its deletion leaves the
+/// window; history off keeps nothing.
+#[test]
+fn each_volume_keeps_its_own_window_and_a_deleted_one_stays_readable_until_it_leaves() {
+    const SHORT: u32 = 1;
+    const LONG: u32 = 2;
+    const OFF: u32 = 3;
+    let rig = Rig::new();
+    let files: Arc<dyn mariner_history::files::Files> = rig.files.clone();
+    let h =
+        History::open_with_clock(files, cfg(Duration::from_secs(600)), rig.clock.clone()).unwrap();
+    h.set_window(SHORT, Some(Duration::from_secs(60))).unwrap();
+    h.set_window(OFF, None).unwrap();
+    let (log, rec) = Log::open_with_clock(
+        rig.devices.clone(),
+        log_cfg(),
+        LOG_ID,
+        &[h.holder_spec()],
+        Arc::new(h.clone()),
+        rig.clock.clone(),
+    )
+    .unwrap();
+    h.start(log.clone(), &rec).unwrap();
+    for v in [SHORT, LONG, OFF] {
+        append(&log, Entry::extent(RecordKind::VolumeCreated, v, SIZE, 512));
+    }
+    let mut first = BTreeMap::new();
+    for v in [SHORT, LONG, OFF] {
+        let a = append(&log, Entry::write(v, 0, Bytes::from(vec![v as u8; 4096])));
+        first.insert(v, a.volume_seq);
+    }
+    h.flush().unwrap();
+    assert!(matches!(h.window(OFF), Err(HistoryError::UnknownVolume(3))));
+    // Two minutes later: the short window's first write is older than its window.
+    rig.clock.advance(120 * 1_000_000_000);
+    for v in [SHORT, LONG] {
+        append(&log, Entry::write(v, 0, Bytes::from(vec![0xEE; 4096])));
+    }
+    append(&log, Entry::extent(RecordKind::VolumeDeleted, LONG, 0, 0));
+    h.flush().unwrap();
+    h.step().unwrap();
+    let short = h.window(SHORT).unwrap();
+    assert_eq!(short.oldest.volume_seq, first[&SHORT], "{short:?}");
+    let mut b = vec![0u8; 4096];
+    assert!(matches!(
+        h.read_at(SHORT, first[&SHORT] - 1, 0, &mut b),
+        Err(HistoryError::Expired { .. })
+    ));
+    h.read_at(SHORT, first[&SHORT], 0, &mut b).unwrap();
+    assert!(b.iter().all(|&x| x == SHORT as u8));
+    // The long window kept everything, deleted or not: as of its creation it reads zeros,
+    // as of its first write that write.
+    let long = h.window(LONG).unwrap();
+    assert_eq!(long.oldest.volume_seq, 1, "{long:?}");
+    h.read_at(LONG, first[&LONG], 0, &mut b).unwrap();
+    assert!(b.iter().all(|&x| x == LONG as u8));
+    // Past the long window the deleted volume's history is gone.
+    rig.clock.advance(3600 * 1_000_000_000);
+    h.step().unwrap();
+    assert!(matches!(
+        h.window(LONG),
+        Err(HistoryError::UnknownVolume(2))
+    ));
+    assert!(h.window(SHORT).is_ok());
+    // Turning history off for a volume drops what it kept.
+    h.set_window(SHORT, None).unwrap();
+    assert!(matches!(
+        h.window(SHORT),
+        Err(HistoryError::UnknownVolume(1))
+    ));
+    h.shutdown(false).unwrap();
     log.shutdown();
 }

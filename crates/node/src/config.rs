@@ -151,6 +151,28 @@ pub struct HistorySection {
     pub index_memory: ByteSize,
     /// Largest size of the index file (sparse: only what is used takes space).
     pub index_size: ByteSize,
+    /// Per volume name (`[history.volumes.<name>]`): its own window, or no history.
+    pub volumes: BTreeMap<String, HistoryVolume>,
+}
+
+/// `[history.volumes.<name>]`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HistoryVolume {
+    /// Keep history of this volume.
+    pub enabled: bool,
+    /// Its window instead of `[history] window`.
+    #[serde(with = "humantime_serde")]
+    pub window: Option<std::time::Duration>,
+}
+
+impl Default for HistoryVolume {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            window: None,
+        }
+    }
 }
 
 /// `[history] policy`.
@@ -170,11 +192,22 @@ impl Default for HistorySection {
             policy: HistoryPolicy::Shrink,
             index_memory: ByteSize::mib(64),
             index_size: ByteSize::gib(4),
+            volumes: BTreeMap::new(),
         }
     }
 }
 
 impl HistorySection {
+    /// The window of the volume called `name`: its own, the configured one, or `None` when
+    /// history is off for it.
+    pub fn window_of(&self, name: &str) -> Option<std::time::Duration> {
+        match self.volumes.get(name) {
+            Some(v) if !v.enabled => None,
+            Some(v) => Some(v.window.unwrap_or(self.window)),
+            None => Some(self.window),
+        }
+    }
+
     fn validate(&self) -> Result<(), NodeError> {
         let bad = |m: &str| Err(NodeError::Config(format!("history.{m}")));
         if self.window.is_zero() {
@@ -188,6 +221,13 @@ impl HistorySection {
         }
         if self.index_size.as_u64() < 64 << 20 {
             return bad("index_size: at least 64 MiB");
+        }
+        for (name, v) in &self.volumes {
+            if v.window.is_some_and(|w| w.is_zero()) {
+                return bad(&format!(
+                    "volumes.{name}.window: at least 1s (to keep none, set enabled = false)"
+                ));
+            }
         }
         Ok(())
     }

@@ -74,10 +74,15 @@ pub(crate) fn open(
 /// image — before the store's applier starts, so nothing writes the images meanwhile.
 pub(crate) fn start(
     h: &History,
+    cfg: &Config,
     log: &Log,
     rec: &Recovery,
     volumes: &[(VolumeMeta, Arc<dyn Disk>)],
 ) -> Result<(), NodeError> {
+    for (m, _) in volumes {
+        h.set_window(m.id, cfg.history.window_of(&m.name))
+            .map_err(err)?;
+    }
     h.start(log.clone(), rec).map_err(err)?;
     say_what_the_log_holds(h, log);
     let after: Vec<DigestEntry> = rec
@@ -87,7 +92,7 @@ pub(crate) fn start(
         .collect();
     let seqs: &BTreeMap<u32, u64> = &rec.volume_seqs;
     for (m, image) in volumes {
-        if h.follows(m.id) {
+        if h.follows(m.id) || cfg.history.window_of(&m.name).is_none() {
             continue;
         }
         tracing::info!(
@@ -162,9 +167,10 @@ pub struct HistoryInfo {
 }
 
 impl crate::Node {
-    pub(crate) fn history_info(&self, volume: u32) -> Option<HistoryInfo> {
+    pub(crate) fn history_info(&self, volume: u32, name: &str) -> Option<HistoryInfo> {
         let h = self.history.as_ref()?;
-        let configured = self.cfg.history.window.as_secs_f64();
+        self.cfg.history.window_of(name)?;
+        let configured = h.window_of(volume).as_secs_f64();
         let now = crate::node::now_ns();
         Some(match h.window(volume) {
             Ok(w) => HistoryInfo {

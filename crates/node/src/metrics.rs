@@ -339,7 +339,7 @@ fn history_metrics(out: &mut String, node: &Node) {
             "mariner_history_window_seconds{{volume=\"{name}\"}} {}",
             info.effective_window_s
         );
-        base_lag = base_lag.max(info.effective_window_s - configured);
+        base_lag = base_lag.max(info.effective_window_s - info.configured_window_s);
     }
     gauge(
         out,

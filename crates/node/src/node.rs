@@ -122,7 +122,7 @@ impl Node {
         let (log, rec) = Log::open(devices, log_config(&cfg), state.log_id()?, &holders, sink)?;
         let started = upgrade(&dir, state, &paths).and_then(|state| {
             if let Some(h) = &history {
-                crate::history::start(h, &log, &rec, &images)?;
+                crate::history::start(h, &cfg, &log, &rec, &images)?;
             }
             Ok(state)
         });
@@ -253,7 +253,7 @@ impl Node {
             read_only: v.read_only_reason(),
             read_only_set: m.read_only,
             created_ns: m.created_ns,
-            history: self.history_info(m.id),
+            history: self.history_info(m.id, &m.name),
         })
     }
 
@@ -309,6 +309,10 @@ impl Node {
             };
             // The record that the volume exists precedes any of its writes in the log.
             let created = Entry::extent(RecordKind::VolumeCreated, id, size_bytes, block_size);
+            if let Some(h) = &self.history {
+                h.set_window(id, self.cfg.history.window_of(name))
+                    .map_err(|e| NodeError::Io(format!("history: {e}")))?;
+            }
             let saved = open_image(&self.dir, &self.cfg, &meta)
                 .and_then(|image| self.dir.save_volume(&meta).map(|()| image))
                 .and_then(|image| self.log_lifecycle(created).map(|()| image));
