@@ -445,10 +445,14 @@ impl Case {
                     at / 512
                 );
             }
-            // Its time resolves to it when no other write shares the timestamp.
+            // Its time resolves to it when no other write shares the timestamp (and history
+            // reaches back to it: after a reseed the window starts at the seed, later than the
+            // write the base is as of).
             let unique = self.versions.iter().filter(|o| o.ts == v.ts).count() == 1;
-            if unique {
-                let p = h.resolve(VOL, At::Time(v.ts)).unwrap();
+            if unique && v.ts >= w.oldest.timestamp_ns {
+                let p = h.resolve(VOL, At::Time(v.ts)).unwrap_or_else(|e| {
+                    panic!("seed {}: time of @{} ({} ns): {e}", self.seed, v.vseq, v.ts)
+                });
                 assert_eq!(
                     p.volume_seq, v.vseq,
                     "seed {}: time of @{}",
