@@ -243,17 +243,22 @@ impl History {
                         .ok_or_else(|| HistoryError::Config("history is not started".into()))?;
                     match log.read_part(addr, volume, vseq, at_byte, bytes) {
                         Ok(()) => {}
-                        Err(mariner_log::LogError::Gone { .. })
-                            if inner
-                                .holder
-                                .get()
-                                .and_then(|h| h.cut_to())
-                                .is_some_and(|c| c > view.state.base_seq) =>
+                        Err(
+                            mariner_log::LogError::Gone { .. }
+                            | mariner_log::LogError::Corrupt { .. },
+                        ) if inner
+                            .holder
+                            .get()
+                            .and_then(|h| h.cut_to())
+                            .is_some_and(|c| c > view.state.base_seq) =>
                         {
                             // Cut while a roll-forward needed it, or while this read ran.
                             return Err(HistoryError::Broken(volume));
                         }
-                        Err(mariner_log::LogError::Gone { .. }) => {
+                        Err(
+                            mariner_log::LogError::Gone { .. }
+                            | mariner_log::LogError::Corrupt { .. },
+                        ) => {
                             return Err(HistoryError::Expired {
                                 volume,
                                 asked: format!("@{at}"),

@@ -379,7 +379,13 @@ impl Inner {
                 if cached.as_ref().is_none_or(|(c, _)| *c != i) {
                     match log.read(e.addr, e.seq) {
                         Ok((_, payload)) => cached = Some((i, payload)),
-                        Err(mariner_log::LogError::Gone { .. }) => {
+                        // Reused: a record in its place (Gone), or the middle of one (a
+                        // header that does not decode). Either way the log let it go — it was
+                        // cut while history was down — and the base cannot have it.
+                        Err(
+                            mariner_log::LogError::Gone { .. }
+                            | mariner_log::LogError::Corrupt { .. },
+                        ) => {
                             lost.push(*id);
                             break;
                         }
