@@ -359,10 +359,23 @@ impl History {
         if let Some(t) = lock(&self.thread).take() {
             let _ = t.join();
         }
-        if flush {
-            self.flush()?;
-        }
-        Ok(())
+        let flushed = if flush {
+            // A clean stop leaves the index's own log empty: every queued change committed.
+            self.flush().and_then(|()| {
+                self.inner
+                    .index
+                    .tree()
+                    .bosc()
+                    .commit_all()
+                    .map_err(HistoryError::from)
+            })
+        } else {
+            Ok(())
+        };
+        // The index's engine stops now (its background commits and its own log), not when
+        // the last handle goes: a node reopened in the same process must not find it running.
+        self.inner.index.tree().bosc().close();
+        flushed
     }
 
     pub fn stats(&self) -> &HistoryStats {
@@ -407,9 +420,30 @@ impl History {
     }
 }
 
-impl DurableSink for History {
+/// The log's handle on history ([`History::sink`]): it holds history weakly, since history
+/// holds the log — a strong handle both ways would keep both alive after the last user let
+/// go, with the index's threads still running.
+struct WeakSink(std::sync::Weak<Inner>);
+
+impl DurableSink for WeakSink {
     fn durable(&self, records: &[Durable]) {
-        if self.inner.stop.load(Relaxed) {
+        if let Some(inner) = self.0.upgrade() {
+            inner.take_durable(records);
+        }
+    }
+}
+
+impl History {
+    /// What the log is opened with to feed history.
+    pub fn sink(&self) -> Arc<dyn DurableSink> {
+        Arc::new(WeakSink(Arc::downgrade(&self.inner)))
+    }
+}
+
+impl Inner {
+    /// Durable records from the log (on its dispatcher thread: quick, no I/O).
+    fn take_durable(&self, records: &[Durable]) {
+        if self.stop.load(Relaxed) {
             // Stopped (or failed for good): keep nothing, or the tail would grow without end.
             // The log lets go of history's space as of a shrinkable holder's.
             return;
@@ -419,26 +453,15 @@ impl DurableSink for History {
             .map(|d| entry_of(&d.header, d.addr))
             .collect();
         {
-            let mut tail = self
-                .inner
-                .tail
-                .write()
-                .unwrap_or_else(PoisonError::into_inner);
+            let mut tail = self.tail.write().unwrap_or_else(PoisonError::into_inner);
             for e in &entries {
                 tail.push(*e);
             }
-            self.inner
-                .stats
-                .tail_records
-                .store(tail.len() as u64, Relaxed);
+            self.stats.tail_records.store(tail.len() as u64, Relaxed);
         }
         {
-            let mut views = self
-                .inner
-                .views
-                .write()
-                .unwrap_or_else(PoisonError::into_inner);
-            let windows = lock(&self.inner.windows);
+            let mut views = self.views.write().unwrap_or_else(PoisonError::into_inner);
+            let windows = lock(&self.windows);
             for e in entries.iter().filter(|e| e.kind != RecordKind::Void) {
                 if windows.get(&e.volume) != Some(&None) {
                     provisional_view(&mut views, e);
@@ -452,13 +475,19 @@ impl DurableSink for History {
             }
         }
         let full = {
-            let mut q = lock(&self.inner.incoming);
+            let mut q = lock(&self.incoming);
             q.extend(entries);
-            q.len() >= self.inner.cfg.batch_records
+            q.len() >= self.cfg.batch_records
         };
         if full {
-            self.inner.wake.notify_one();
+            self.wake.notify_one();
         }
+    }
+}
+
+impl DurableSink for History {
+    fn durable(&self, records: &[Durable]) {
+        self.inner.take_durable(records);
     }
 }
 

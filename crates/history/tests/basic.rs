@@ -77,7 +77,7 @@ impl Rig {
             log_cfg(),
             LOG_ID,
             &[h.holder_spec()],
-            Arc::new(h.clone()),
+            h.sink(),
             self.clock.clone(),
         )
         .unwrap();
@@ -252,7 +252,7 @@ fn each_volume_keeps_its_own_window_and_a_deleted_one_stays_readable_until_it_le
         log_cfg(),
         LOG_ID,
         &[h.holder_spec()],
-        Arc::new(h.clone()),
+        h.sink(),
         rig.clock.clone(),
     )
     .unwrap();

@@ -244,7 +244,7 @@ impl Case {
             log_cfg(),
             LOG_ID,
             &[h.holder_spec()],
-            Arc::new(h.clone()),
+            h.sink(),
             self.clock.clone(),
         )
         .unwrap_or_else(|e| panic!("seed {}: log open: {e}", self.seed));

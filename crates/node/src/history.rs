@@ -30,6 +30,16 @@ fn err(e: mariner_history::HistoryError) -> NodeError {
     NodeError::Io(format!("history: {e}"))
 }
 
+/// Runs `f` on a thread of its own: history's index (BOSC in own-log mode) waits for its log
+/// by blocking, which a tokio runtime thread — where a node may be opened or shut down — does
+/// not allow.
+pub(crate) fn off_runtime<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+    std::thread::scope(|s| match s.spawn(f).join() {
+        Ok(v) => v,
+        Err(panic) => std::panic::resume_unwind(panic),
+    })
+}
+
 /// The history configuration `[history]` asks for.
 pub(crate) fn config(cfg: &Config) -> HistoryConfig {
     let h = &cfg.history;
@@ -65,7 +75,8 @@ pub(crate) fn open(
     }
     let files = DirFiles::new(&dir.path("history"))
         .map_err(|e| NodeError::Io(format!("history directory: {e}")))?;
-    let h = History::open(Arc::new(files), config(cfg)).map_err(err)?;
+    let hcfg = config(cfg);
+    let h = off_runtime(|| History::open(Arc::new(files), hcfg)).map_err(err)?;
     h.begin_at(store_seq, store_ts);
     Ok(Some(h))
 }
@@ -83,7 +94,7 @@ pub(crate) fn start(
         h.set_window(m.id, cfg.history.window_of(&m.name))
             .map_err(err)?;
     }
-    h.start(log.clone(), rec).map_err(err)?;
+    off_runtime(|| h.start(log.clone(), rec)).map_err(err)?;
     say_what_the_log_holds(h, log);
     let after: Vec<DigestEntry> = rec
         .records

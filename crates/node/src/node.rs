@@ -115,7 +115,7 @@ impl Node {
         let mut sinks: Vec<Arc<dyn mariner_log::DurableSink>> = vec![store.clone()];
         let mut holders = vec![store.holder_spec()];
         if let Some(h) = &history {
-            sinks.push(Arc::new(h.clone()));
+            sinks.push(h.sink());
             holders.push(h.holder_spec());
         }
         let sink = Arc::new(crate::history::Tee(sinks));
@@ -130,7 +130,7 @@ impl Node {
             Ok(s) => s,
             Err(e) => {
                 if let Some(h) = &history {
-                    let _ = h.shutdown(false);
+                    let _ = crate::history::off_runtime(|| h.shutdown(false));
                 }
                 log.shutdown();
                 return Err(e);
@@ -139,7 +139,7 @@ impl Node {
         store.set_paused(cfg.test.pause_apply);
         if let Err(e) = store.start(log.clone(), &rec) {
             if let Some(h) = &history {
-                let _ = h.shutdown(false);
+                let _ = crate::history::off_runtime(|| h.shutdown(false));
             }
             log.shutdown();
             return Err(NodeError::Io(e.to_string()));
@@ -513,7 +513,7 @@ impl Node {
     /// Stops history (indexing what is left), the store (final sync) and the log.
     pub fn shutdown(&self) {
         if let Some(h) = &self.history {
-            if let Err(e) = h.shutdown(true) {
+            if let Err(e) = crate::history::off_runtime(|| h.shutdown(true)) {
                 tracing::warn!(error = %e, "history: the last flush failed; the next start indexes again");
             }
         }
