@@ -18,7 +18,9 @@ use std::time::{Duration, Instant};
 
 use mariner_disk::Disk;
 use mariner_log::clock::{Clock, SystemClock};
-use mariner_log::{Durable, DurableSink, HoldKind, Holder, HolderSpec, Log, RecordKind, Recovery};
+use mariner_log::{HoldKind, Holder, HolderSpec, Log, RecordKind, Recovery};
+
+use crate::sink::{entry_of, provisional_view, void_entry};
 
 use crate::digest::Digests;
 use crate::files::{FileUse, Files};
@@ -118,13 +120,13 @@ pub(crate) struct Inner {
     pub tail: RwLock<Tail>,
     pub views: RwLock<BTreeMap<u32, View>>,
     pub bases: Mutex<BTreeMap<u32, Arc<dyn Disk>>>,
-    incoming: Mutex<Vec<DigestEntry>>,
-    wake: Condvar,
+    pub(crate) incoming: Mutex<Vec<DigestEntry>>,
+    pub(crate) wake: Condvar,
     indexer: Mutex<Indexer>,
     pub log: OnceLock<Log>,
     pub holder: OnceLock<Holder>,
     pub stats: HistoryStats,
-    stop: AtomicBool,
+    pub(crate) stop: AtomicBool,
     failed: Mutex<Option<String>>,
     /// When history last warned that it shrank (warnings at most once a minute).
     pub last_warning: Mutex<Option<Instant>>,
@@ -417,133 +419,6 @@ impl History {
     /// The window asked for `volume` (its own, else the configured one).
     pub fn window_of(&self, volume: u32) -> Duration {
         self.inner.window_of(volume)
-    }
-}
-
-/// The log's handle on history ([`History::sink`]): it holds history weakly, since history
-/// holds the log — a strong handle both ways would keep both alive after the last user let
-/// go, with the index's threads still running.
-struct WeakSink(std::sync::Weak<Inner>);
-
-impl DurableSink for WeakSink {
-    fn durable(&self, records: &[Durable]) {
-        if let Some(inner) = self.0.upgrade() {
-            inner.take_durable(records);
-        }
-    }
-}
-
-impl History {
-    /// What the log is opened with to feed history.
-    pub fn sink(&self) -> Arc<dyn DurableSink> {
-        Arc::new(WeakSink(Arc::downgrade(&self.inner)))
-    }
-}
-
-impl Inner {
-    /// Durable records from the log (on its dispatcher thread: quick, no I/O).
-    fn take_durable(&self, records: &[Durable]) {
-        if self.stop.load(Relaxed) {
-            // Stopped (or failed for good): keep nothing, or the tail would grow without end.
-            // The log lets go of history's space as of a shrinkable holder's.
-            return;
-        }
-        let entries: Vec<DigestEntry> = records
-            .iter()
-            .map(|d| entry_of(&d.header, d.addr))
-            .collect();
-        {
-            let mut tail = self.tail.write().unwrap_or_else(PoisonError::into_inner);
-            for e in &entries {
-                tail.push(*e);
-            }
-            self.stats.tail_records.store(tail.len() as u64, Relaxed);
-        }
-        {
-            let mut views = self.views.write().unwrap_or_else(PoisonError::into_inner);
-            let windows = lock(&self.windows);
-            for e in entries.iter().filter(|e| e.kind != RecordKind::Void) {
-                if windows.get(&e.volume) != Some(&None) {
-                    provisional_view(&mut views, e);
-                }
-                if let Some(v) = views.get_mut(&e.volume) {
-                    if e.volume_seq > v.last_vseq {
-                        v.last_vseq = e.volume_seq;
-                        v.last_ts = e.timestamp_ns;
-                    }
-                }
-            }
-        }
-        let full = {
-            let mut q = lock(&self.incoming);
-            q.extend(entries);
-            q.len() >= self.cfg.batch_records
-        };
-        if full {
-            self.wake.notify_one();
-        }
-    }
-}
-
-impl DurableSink for History {
-    fn durable(&self, records: &[Durable]) {
-        self.inner.take_durable(records);
-    }
-}
-
-pub(crate) fn entry_of(h: &mariner_log::RecordHeader, addr: mariner_log::LogAddr) -> DigestEntry {
-    DigestEntry::from_header(h, addr)
-}
-
-impl DigestEntry {
-    /// What history keeps of the record with header `h` at `addr`.
-    pub fn from_header(h: &mariner_log::RecordHeader, addr: mariner_log::LogAddr) -> Self {
-        Self {
-            seq: h.seq,
-            volume: h.volume,
-            kind: h.kind,
-            volume_seq: h.volume_seq,
-            timestamp_ns: h.timestamp_ns,
-            offset: h.offset,
-            length: h.length,
-            addr,
-        }
-    }
-}
-
-/// A volume created while history is on can be read at once, before its creation record is
-/// indexed: its view starts with the empty base the indexer will make for it.
-fn provisional_view(views: &mut BTreeMap<u32, View>, e: &DigestEntry) {
-    if e.kind != RecordKind::VolumeCreated || views.contains_key(&e.volume) {
-        return;
-    }
-    views.insert(
-        e.volume,
-        View {
-            state: VolumeState {
-                block_size: e.length,
-                size: e.offset,
-                base_seq: e.seq,
-                base_vseq: e.volume_seq,
-                base_ts: e.timestamp_ns,
-                ..VolumeState::default()
-            },
-            last_vseq: e.volume_seq,
-            last_ts: e.timestamp_ns,
-        },
-    );
-}
-
-fn void_entry(seq: u64) -> DigestEntry {
-    DigestEntry {
-        seq,
-        volume: 0,
-        kind: RecordKind::Void,
-        volume_seq: 0,
-        timestamp_ns: 0,
-        offset: 0,
-        length: 0,
-        addr: mariner_log::LogAddr::NONE,
     }
 }
 

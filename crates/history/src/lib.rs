@@ -26,6 +26,7 @@ pub mod pieces;
 mod read;
 mod retention;
 mod seed;
+mod sink;
 pub mod state;
 mod tail;
 
