@@ -528,9 +528,20 @@ fn history_reads_every_instant_it_keeps_through_crashes_expiry_and_shrinking() {
     let mut c = Counters::default();
     let mut n = 0;
     loop {
+        // About a minute, longer (up to three) on a slow machine until the run covered what
+        // it must.
+        let covered = [
+            c.crashes_in_roll_forward,
+            c.shrinks,
+            c.base_reads,
+            c.log_wraps,
+        ]
+        .iter()
+        .all(|&k| k >= 50);
         match cases {
             Some(k) if n >= k => break,
-            None if n >= 10 && started.elapsed() > budget => break,
+            None if n >= 10 && started.elapsed() > budget && covered => break,
+            None if started.elapsed() > 3 * budget => break,
             _ => {}
         }
         run_case(first + n, &mut c);
