@@ -294,21 +294,7 @@ impl BPlusTree {
 
     /// Deletes (blind: a missing key is not an error).
     pub fn delete(&self, key: Key) -> Result<(), Error> {
-        let mut r = lock(&self.router);
-        r.check()?;
-        let (fence, leaf) = r.leaf_for(key)?;
-        if leaf.is_unread() {
-            // Known from a router image only: the modification may go to a leaf alone.
-            let n = self.bosc.query(leaf.block(), |p| {
-                LeafView::checked(leaf.block(), p).map(|v| v.count())
-            })??;
-            if let Some(l) = r.get_mut(fence) {
-                l.set_records_max(n);
-            }
-        }
-        self.bosc
-            .modify(leaf.block(), &encode_mod(TAG_DELETE, key, 0))?;
-        Ok(())
+        self.delete_batch(&[key])
     }
 
     /// Deletes many keys with one group commit of the log (blind, as [`Self::delete`]): all

@@ -20,7 +20,7 @@ use mariner_disk::Disk;
 use mariner_log::clock::{Clock, SystemClock};
 use mariner_log::{HoldKind, Holder, HolderSpec, Log, RecordKind, Recovery};
 
-use crate::sink::{entry_of, provisional_view, void_entry};
+use crate::sink::{entry_of, note_in_view, void_entry};
 
 use crate::digest::Digests;
 use crate::files::{FileUse, Files};
@@ -726,16 +726,8 @@ impl Inner {
         let ix = lock(&self.indexer);
         let mut views = self.views.write().unwrap_or_else(PoisonError::into_inner);
         let windows = lock(&self.windows);
-        for e in ix.pending.values().filter(|e| e.kind != RecordKind::Void) {
-            if windows.get(&e.volume) != Some(&None) {
-                provisional_view(&mut views, e);
-            }
-            if let Some(w) = views.get_mut(&e.volume) {
-                if e.volume_seq > w.last_vseq {
-                    w.last_vseq = e.volume_seq;
-                    w.last_ts = e.timestamp_ns;
-                }
-            }
+        for e in ix.pending.values() {
+            note_in_view(&mut views, &windows, e);
         }
     }
 

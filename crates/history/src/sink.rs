@@ -54,16 +54,8 @@ impl Inner {
         {
             let mut views = self.views.write().unwrap_or_else(PoisonError::into_inner);
             let windows = lock(&self.windows);
-            for e in entries.iter().filter(|e| e.kind != RecordKind::Void) {
-                if windows.get(&e.volume) != Some(&None) {
-                    provisional_view(&mut views, e);
-                }
-                if let Some(v) = views.get_mut(&e.volume) {
-                    if e.volume_seq > v.last_vseq {
-                        v.last_vseq = e.volume_seq;
-                        v.last_ts = e.timestamp_ns;
-                    }
-                }
+            for e in &entries {
+                note_in_view(&mut views, &windows, e);
             }
         }
         let full = {
@@ -99,6 +91,27 @@ impl DigestEntry {
             offset: h.offset,
             length: h.length,
             addr,
+        }
+    }
+}
+
+/// What the readers' views learn from a record history has but has not indexed: a volume
+/// created (unless history is off for it), a newer instant.
+pub(crate) fn note_in_view(
+    views: &mut BTreeMap<u32, View>,
+    windows: &BTreeMap<u32, Option<std::time::Duration>>,
+    e: &DigestEntry,
+) {
+    if e.kind == RecordKind::Void {
+        return;
+    }
+    if windows.get(&e.volume) != Some(&None) {
+        provisional_view(views, e);
+    }
+    if let Some(v) = views.get_mut(&e.volume) {
+        if e.volume_seq > v.last_vseq {
+            v.last_vseq = e.volume_seq;
+            v.last_ts = e.timestamp_ns;
         }
     }
 }
