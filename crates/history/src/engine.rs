@@ -133,6 +133,8 @@ pub(crate) struct Inner {
     pub roll_due: Mutex<crate::retention::RollDue>,
     /// Volumes whose window is not the configured one: their own, or `None` for history off.
     pub windows: Mutex<BTreeMap<u32, Option<Duration>>>,
+    pub pins: Mutex<crate::pins::Pins>,
+    pub rollbacks: Mutex<crate::rollback::Rollbacks>,
 }
 
 /// The indexer's own state.
@@ -254,11 +256,16 @@ impl History {
             last_warning: Mutex::new(None),
             roll_due: Mutex::default(),
             windows: Mutex::default(),
+            pins: Mutex::default(),
+            rollbacks: Mutex::default(),
         };
-        Ok(Self {
+        let h = Self {
             inner: Arc::new(inner),
             thread: Arc::new(Mutex::new(None)),
-        })
+        };
+        // Rollbacks a stop interrupted: their pins are taken again before anything rolls.
+        h.load_rollbacks()?;
+        Ok(h)
     }
 
     /// What the log must be opened with for history: its watermark is the lowest of what

@@ -23,8 +23,10 @@ pub mod files;
 pub mod fuzzing;
 pub mod index;
 pub mod pieces;
+mod pins;
 mod read;
 mod retention;
+mod rollback;
 mod seed;
 mod sink;
 pub mod state;
@@ -33,6 +35,7 @@ mod tail;
 pub use engine::{History, HistoryConfig, HistoryStats, HOLDER};
 pub use error::HistoryError;
 pub use index::IndexConfig;
+pub use pins::PinId;
 pub use read::{At, Point, Window};
 pub use seed::SeedPoint;
 

@@ -16,13 +16,14 @@
 //! An open that finds `rolling` set applies the records up to it again before anything is
 //! read (applying them in order over any mix of them gives the same image).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::PoisonError;
+use std::sync::{MutexGuard, PoisonError};
 
 use mariner_log::{HoldKind, RecordKind};
 
 use crate::engine::{base_name, io_err, lock, Inner};
+use crate::pins::Pins;
 use crate::state::FLAG_BROKEN;
 use crate::{DigestEntry, HistoryError};
 
@@ -69,6 +70,9 @@ impl Inner {
                 return Ok(());
             }
         }
+        // Held until the readers' floors are raised (`roll_forward`): `pin` checks the window
+        // under it, so a pin is either refused as expired or respected here.
+        let pins = lock(&self.pins);
         let (bases, indexed) = {
             let st = lock(&self.state);
             let bases: BTreeMap<u32, crate::state::VolumeState> = st
@@ -79,7 +83,20 @@ impl Inner {
                 .collect();
             (bases, st.indexed_seq)
         };
-        let Some(from) = bases.values().map(|v| v.base_seq).min() else {
+        // A volume whose base has reached its oldest pin cannot move by expiry: it does not
+        // hold the others' rounds back (it still bounds what the log keeps). Shrinking passes
+        // pins, so then every volume counts.
+        let stuck: BTreeSet<u32> = bases
+            .iter()
+            .filter(|(&id, v)| pins.oldest(id).is_some_and(|p| p <= v.base_vseq))
+            .map(|(&id, _)| id)
+            .collect();
+        let Some(from) = bases
+            .iter()
+            .filter(|(id, _)| pressed || !stuck.contains(id))
+            .map(|(_, v)| v.base_seq)
+            .min()
+        else {
             return Ok(());
         };
         if from >= indexed {
@@ -98,6 +115,10 @@ impl Inner {
         let mut next_wall = u64::MAX;
         let mut expired_records = 0usize;
         for (&id, v) in &bases {
+            if stuck.contains(&id) {
+                continue;
+            }
+            let pin = pins.oldest(id).unwrap_or(u64::MAX);
             let window = nanos(self.window_of(id));
             let cutoff = now.saturating_sub(window);
             let mut t = Target {
@@ -112,6 +133,11 @@ impl Inner {
                 if e.timestamp_ns >= cutoff {
                     t.seq = e.seq - 1;
                     next_wall = next_wall.min(e.timestamp_ns.saturating_add(window));
+                    break;
+                }
+                if e.volume_seq > pin {
+                    // Held by a pin: no due time from it (`unpin` makes the next round look).
+                    t.seq = e.seq - 1;
                     break;
                 }
                 t.vseq = e.volume_seq;
@@ -167,7 +193,7 @@ impl Inner {
             return Ok(());
         }
         lock(&self.roll_due).last = Some(self.clock.now());
-        self.roll_forward(&entries, &targets)
+        self.roll_forward(&entries, &targets, pins)
     }
 
     /// The window of `volume` (its own, or the configured one).
@@ -244,6 +270,7 @@ impl Inner {
         &self,
         entries: &[DigestEntry],
         targets: &BTreeMap<u32, Target>,
+        pins: MutexGuard<'_, Pins>,
     ) -> Result<(), HistoryError> {
         // 1. Floors up, intent saved.
         {
@@ -261,6 +288,7 @@ impl Inner {
             }
         }
         self.note_views();
+        drop(pins);
         self.save(true)?;
         // 2. and 3.
         self.apply_rolling(entries)?;
