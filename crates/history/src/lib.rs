@@ -16,6 +16,7 @@
 //! The log keeps what history needs through a shrinkable holder ("history"): when the log
 //! fills before the window ends, history shrinks from its old end, never silently.
 
+mod changes;
 pub mod digest;
 mod engine;
 mod error;
@@ -32,6 +33,7 @@ mod sink;
 pub mod state;
 mod tail;
 
+pub use changes::{Bucket, Changes, Extent};
 pub use engine::{History, HistoryConfig, HistoryStats, HOLDER};
 pub use error::HistoryError;
 pub use index::IndexConfig;

@@ -67,7 +67,7 @@ impl View {
         }
     }
 
-    fn window(&self) -> Window {
+    pub(crate) fn window(&self) -> Window {
         Window {
             oldest: self.oldest(),
             newest: Point {
@@ -79,7 +79,7 @@ impl View {
 }
 
 impl History {
-    fn view(&self, volume: u32) -> Result<View, HistoryError> {
+    pub(crate) fn view(&self, volume: u32) -> Result<View, HistoryError> {
         let views = self
             .inner
             .views

@@ -99,6 +99,17 @@ impl Tail {
         })
     }
 
+    /// `volume`'s records numbered in `(after, through]`, by number (diff and activity).
+    pub fn entries_of(&self, volume: u32, after: u64, through: u64) -> Vec<DigestEntry> {
+        match self.volumes.get(&volume) {
+            Some(v) if through > after => v
+                .range(after.saturating_add(1)..=through)
+                .map(|(_, e)| *e)
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
     /// The timestamp of `volume`'s record `vseq`, if in the tail.
     pub fn timestamp_of(&self, volume: u32, vseq: u64) -> Option<u64> {
         self.volumes
