@@ -28,6 +28,7 @@ mod pins;
 mod read;
 mod retention;
 mod rollback;
+pub use rollback::{RollbackStatus, RollbackWrite};
 mod seed;
 mod sink;
 pub mod state;
