@@ -50,6 +50,20 @@ pub fn request(
     Ok(value)
 }
 
+/// `s` percent-encoded for a URL's path segment or query value (RFC 3986: everything but the
+/// unreserved characters), so a TIME such as `2026-11-25T10:00:00+01:00` arrives intact.
+pub fn encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
 fn parse_response(raw: &[u8]) -> Result<(u16, Vec<u8>), String> {
     let split = raw
         .windows(4)
@@ -243,6 +257,16 @@ pub fn status_text(v: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn times_and_names_are_encoded_for_urls() {
+        assert_eq!(encode("vol0@12"), "vol0%4012");
+        assert_eq!(
+            encode("2026-11-25T10:00:00+01:00"),
+            "2026-11-25T10%3A00%3A00%2B01%3A00"
+        );
+        assert_eq!(encode("-10m"), "-10m");
+    }
 
     #[test]
     fn parses_plain_and_chunked_answers() {

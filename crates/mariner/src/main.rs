@@ -1,6 +1,7 @@
 //! The `mariner` command. Thin: argument parsing and output; the work is in the crates.
 
 mod client;
+mod history_cmd;
 mod logtool;
 mod sim_cmd;
 
@@ -44,6 +45,16 @@ enum Command {
     /// Create, list, inspect, grow, change or delete volumes on a running server.
     #[command(subcommand)]
     Volume(VolumeCmd),
+    /// Export a volume as of an instant (NBD and iSCSI), list or remove such exports.
+    #[command(subcommand)]
+    Snapshot(history_cmd::SnapshotCmd),
+    /// A volume's writes over time (a histogram), and bookmarks of instants.
+    History(history_cmd::HistoryArgs),
+    /// The extents of a volume that changed between two instants.
+    Diff(history_cmd::DiffArgs),
+    /// Roll a volume back to an instant, by writing what changed since as new writes (so
+    /// the rollback can itself be undone).
+    Rollback(history_cmd::RollbackArgs),
     /// What a running server is doing: log, store, and history's window against the
     /// configured one, per volume.
     Status {
@@ -107,13 +118,13 @@ struct ServeArgs {
 }
 
 #[derive(Args, Clone)]
-struct Target {
+pub(crate) struct Target {
     /// Data directory of the running server [default: ./mariner-data].
     #[arg(long, env = "MARINER_DATA", default_value = "mariner-data")]
-    data: PathBuf,
+    pub(crate) data: PathBuf,
     /// Print JSON instead of a table.
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
 }
 
 #[derive(Subcommand)]
@@ -202,6 +213,10 @@ fn main() -> ExitCode {
         Command::Serve(a) => serve(a),
         Command::Volume(c) => volume(c),
         Command::Status { target } => status(&target),
+        Command::Snapshot(c) => history_cmd::snapshot(c),
+        Command::History(a) => history_cmd::history(a),
+        Command::Diff(a) => history_cmd::diff(a),
+        Command::Rollback(a) => history_cmd::rollback(a),
         Command::Log(LogCmd::Dump(a)) => logtool::dump(&a),
         Command::Log(LogCmd::Verify(a)) => logtool::verify(&a),
         Command::Sim(a) => sim_cmd::run(&a),
@@ -303,7 +318,7 @@ fn serve(a: ServeArgs) -> Result<ExitCode, String> {
 }
 
 /// Names are checked here as on the server, so a name can never be read as another path.
-fn checked(name: &str) -> Result<&str, String> {
+pub(crate) fn checked(name: &str) -> Result<&str, String> {
     if mariner_node::valid_volume_name(name) {
         Ok(name)
     } else {

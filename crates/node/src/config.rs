@@ -151,6 +151,9 @@ pub struct HistorySection {
     pub index_memory: ByteSize,
     /// Largest size of the index file (sparse: only what is used takes space).
     pub index_size: ByteSize,
+    /// Most bytes one writable snapshot export (`mariner snapshot export --scratch`) keeps of
+    /// its writes; beyond, its writes fail with ENOSPC.
+    pub scratch_max: ByteSize,
     /// Per volume name (`[history.volumes.<name>]`): its own window, or no history.
     pub volumes: BTreeMap<String, HistoryVolume>,
 }
@@ -192,6 +195,7 @@ impl Default for HistorySection {
             policy: HistoryPolicy::Shrink,
             index_memory: ByteSize::mib(64),
             index_size: ByteSize::gib(4),
+            scratch_max: ByteSize::gib(1),
             volumes: BTreeMap::new(),
         }
     }

@@ -68,23 +68,76 @@ fn chap(cfg: &IscsiTargetConfig) -> Option<Chap> {
     })
 }
 
+impl VolumeTargets {
+    /// The snapshot export an IQN names (`<prefix><volume>:<snapshot>`), by its export name
+    /// (`<volume>@<snapshot>`): an exact match, else a unique case-folded one.
+    fn snapshot_export(&self, iqn: &str) -> Option<String> {
+        let prefix = iqn.get(..IQN_PREFIX.len())?;
+        if !prefix.eq_ignore_ascii_case(IQN_PREFIX) {
+            return None;
+        }
+        let (volume, snap) = iqn[IQN_PREFIX.len()..].split_once(':')?;
+        let wanted = crate::snapshot::export_name(volume, snap);
+        let names: Vec<String> = self
+            .node
+            .snapshot_infos()
+            .into_iter()
+            .map(|s| s.export)
+            .collect();
+        if names.contains(&wanted) {
+            return Some(wanted);
+        }
+        let mut folded = names
+            .into_iter()
+            .filter(|n| n.eq_ignore_ascii_case(&wanted));
+        let first = folded.next()?;
+        folded.next().is_none().then_some(first)
+    }
+
+    /// A snapshot export as a target, with its volume's CHAP and initiator ACL.
+    fn snapshot_target(&self, export: &str) -> Option<Target> {
+        let s = self.node.snapshot(export)?;
+        let access = self.node.config().iscsi.targets.get(&s.volume);
+        let view = crate::snapshot::ViewRef(s.view.clone());
+        Some(Target {
+            iqn: crate::snapshot::target_iqn(&s.volume, &s.meta.name),
+            lun: Arc::new(Lun::shared(
+                Arc::new(ScsiDisk(Arc::new(view))),
+                s.view.reservations.clone(),
+                s.view.unit.clone(),
+            )),
+            chap: access.and_then(chap),
+            allowed_initiators: access.map(|a| a.initiators.clone()).unwrap_or_default(),
+        })
+    }
+}
+
 impl Targets for VolumeTargets {
     fn names(&self) -> Vec<String> {
+        let snapshots = self.node.snapshot_infos().into_iter().map(|s| s.iqn);
         self.node
             .volume_names()
             .iter()
             .map(|n| target_iqn(n))
+            .chain(snapshots)
             .collect()
     }
 
     fn get(&self, iqn: &str) -> Option<Target> {
-        let name = self.volume_name(iqn)?;
+        let Some(name) = self.volume_name(iqn) else {
+            let export = self.snapshot_export(iqn)?;
+            return self.snapshot_target(&export);
+        };
+        if self.node.rolling_back(&name) {
+            tracing::warn!(volume = %name, "iSCSI login refused: the volume is rolling back");
+            return None;
+        }
         let volume = self.node.volume(&name)?;
         let access = self.node.config().iscsi.targets.get(&name);
         Some(Target {
             iqn: target_iqn(&name),
             lun: Arc::new(Lun::shared(
-                volume.clone(),
+                Arc::new(ScsiDisk(volume.clone())),
                 volume.reservations().clone(),
                 volume.unit().clone(),
             )),
@@ -97,7 +150,8 @@ impl Targets for VolumeTargets {
     /// delete` is refused while it lasts.
     fn hold(&self, target: &Target) -> Box<dyn Send + Sync> {
         let name = target.iqn.strip_prefix(IQN_PREFIX).unwrap_or(&target.iqn);
-        let name = name.to_string();
+        // A snapshot's target counts against its export (`<volume>@<snapshot>`).
+        let name = name.replacen(':', "@", 1);
         Box::new(ConnectionGuard::new(self.node.clone(), name))
     }
 }
@@ -120,15 +174,21 @@ fn write_error(e: VolumeError) -> BackendError {
 
 /// A stable 16-byte identifier for the NAA designator: the volume's creation time and id,
 /// which no other volume of this node shares.
-fn naa_id(id: u32, created_ns: u64) -> [u8; 16] {
+pub(crate) fn naa_id(id: u32, created_ns: u64) -> [u8; 16] {
     let mut out = [0u8; 16];
     out[..8].copy_from_slice(&created_ns.to_le_bytes());
     out[8..12].copy_from_slice(&id.to_le_bytes());
     out
 }
 
-#[async_trait]
-impl BlockBackend for Volume {
+/// What the SCSI adapter needs of a unit beyond its write path: its block size and its
+/// geometry, both asked for on every command (so they must not allocate).
+pub trait ScsiUnit: WritePath + 'static {
+    fn block_size(&self) -> u32;
+    fn geometry(&self) -> Geometry;
+}
+
+impl ScsiUnit for Volume {
     fn block_size(&self) -> u32 {
         self.with_meta(|m| m.block_size)
     }
@@ -150,29 +210,45 @@ impl BlockBackend for Volume {
             naa_id: naa_id(id, created_ns),
         }
     }
+}
+
+/// A volume (or anything with its write path and a geometry: a snapshot export) as a SCSI
+/// block device.
+pub struct ScsiDisk<V>(pub Arc<V>);
+
+#[async_trait]
+impl<V: ScsiUnit> BlockBackend for ScsiDisk<V> {
+    fn block_size(&self) -> u32 {
+        self.0.block_size()
+    }
+
+    fn geometry(&self) -> Geometry {
+        self.0.geometry()
+    }
 
     async fn read(&self, lba: u64, blocks: u32) -> Result<Vec<u8>, BackendError> {
-        let bs = u64::from(BlockBackend::block_size(self));
-        ReadPath::read(self, lba * bs, u64::from(blocks) * bs)
+        let bs = u64::from(self.0.block_size());
+        ReadPath::read(&*self.0, lba * bs, u64::from(blocks) * bs)
             .await
             .map_err(read_error)
     }
 
     async fn write(&self, lba: u64, data: Bytes) -> Result<(), BackendError> {
-        let bs = u64::from(BlockBackend::block_size(self));
-        WritePath::write(self, lba * bs, data)
+        let bs = u64::from(self.0.block_size());
+        WritePath::write(&*self.0, lba * bs, data)
             .await
             .map_err(write_error)
     }
 
     async fn flush(&self) -> Result<(), BackendError> {
         // Every completed write is durable in the log already.
-        ReadPath::flush(self).map_err(write_error)
+        ReadPath::flush(&*self.0).map_err(write_error)
     }
 
     async fn unmap(&self, lba: u64, blocks: u64) -> Result<(), BackendError> {
-        let bs = u64::from(BlockBackend::block_size(self));
-        self.zero(lba * bs, blocks * bs, Zeroing::Trim)
+        let bs = u64::from(self.0.block_size());
+        self.0
+            .zero(lba * bs, blocks * bs, Zeroing::Trim)
             .await
             .map_err(write_error)
     }
@@ -183,9 +259,9 @@ impl BlockBackend for Volume {
         expected: &[u8],
         data: &[u8],
     ) -> Result<CompareOutcome, BackendError> {
-        let bs = u64::from(BlockBackend::block_size(self));
+        let bs = u64::from(self.0.block_size());
         let data = Bytes::copy_from_slice(data);
-        let outcome = WritePath::compare_and_write(self, lba * bs, expected, data)
+        let outcome = WritePath::compare_and_write(&*self.0, lba * bs, expected, data)
             .await
             .map_err(write_error)?;
         Ok(match outcome {
@@ -195,15 +271,15 @@ impl BlockBackend for Volume {
     }
 
     async fn or_write(&self, lba: u64, data: &[u8]) -> Result<(), BackendError> {
-        let bs = u64::from(BlockBackend::block_size(self));
-        WritePath::or_write(self, lba * bs, data)
+        let bs = u64::from(self.0.block_size());
+        WritePath::or_write(&*self.0, lba * bs, data)
             .await
             .map_err(write_error)
     }
 
     async fn lba_status(&self, lba: u64) -> Result<(Provisioning, u64), BackendError> {
-        let bs = u64::from(BlockBackend::block_size(self));
-        let runs = ReadPath::allocation(self, lba * bs, LBA_STATUS_SPAN_BYTES)
+        let bs = u64::from(self.0.block_size());
+        let runs = ReadPath::allocation(&*self.0, lba * bs, LBA_STATUS_SPAN_BYTES)
             .await
             .map_err(read_error)?;
         let state = |a: Allocation| match a {

@@ -9,7 +9,7 @@
 pub mod admin;
 pub mod config;
 pub mod datadir;
-mod history;
+pub mod history;
 mod image;
 mod initialise;
 pub mod iscsi;
@@ -20,10 +20,11 @@ mod node;
 mod read_buffers;
 pub mod reservations;
 pub mod serve;
+pub mod snapshot;
 pub mod volume;
 
 pub use config::Config;
-pub use history::HistoryInfo;
+pub use history::{instant, HistoryInfo, MarkInfo};
 pub use node::{valid_volume_name, Node, RecoveryReport, VolumeInfo};
 
 /// Errors at the node level; each says what the operator can do about it.

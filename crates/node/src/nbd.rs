@@ -31,9 +31,10 @@ pub fn nbd_error(e: VolumeError) -> ExportError {
         }
         VolumeError::Reserved => ExportError::Refused(VolumeError::Reserved.to_string()),
         VolumeError::Failed(why) => ExportError::Io(why),
-        other @ (VolumeError::Log(_) | VolumeError::Store(_) | VolumeError::Task(_)) => {
-            ExportError::Io(other.to_string())
-        }
+        other @ (VolumeError::Log(_)
+        | VolumeError::Store(_)
+        | VolumeError::Task(_)
+        | VolumeError::History(_)) => ExportError::Io(other.to_string()),
     }
 }
 

@@ -56,6 +56,12 @@ pub struct Node {
     /// `None` with `[history] enabled = false`.
     pub(crate) history: Option<mariner_history::History>,
     volumes: RwLock<BTreeMap<String, Arc<Volume>>>,
+    /// Snapshot exports by export name (`<volume>@<snapshot>`).
+    pub(crate) snapshots: RwLock<BTreeMap<String, Arc<crate::snapshot::Snapshot>>>,
+    /// The addresses the front ends listen on (NBD, iSCSI), once bound: what export URLs name.
+    endpoints: RwLock<(Vec<std::net::SocketAddr>, Vec<std::net::SocketAddr>)>,
+    /// Rollbacks running, and each volume's last.
+    pub(crate) rollbacks: crate::history::Rollbacks,
     connections: Mutex<HashMap<String, usize>>,
     pub recovery: RecoveryReport,
     /// Serialises volume create/delete/grow.
@@ -112,6 +118,7 @@ impl Node {
             store.add_volume(m.id, image.clone(), m.size_bytes);
             images.push((m.clone(), image));
         }
+        let pins = crate::snapshot::pin_recorded(&dir, history.as_ref(), &metas)?;
         let mut sinks: Vec<Arc<dyn mariner_log::DurableSink>> = vec![store.clone()];
         let mut holders = vec![store.holder_spec()];
         if let Some(h) = &history {
@@ -176,10 +183,15 @@ impl Node {
             store,
             history,
             volumes: RwLock::new(volumes),
+            snapshots: RwLock::new(BTreeMap::new()),
+            endpoints: RwLock::default(),
+            rollbacks: crate::history::Rollbacks::default(),
             connections: Mutex::new(HashMap::new()),
             recovery,
             admin: Mutex::new(()),
         });
+        node.restore_snapshots(pins)?;
+        node.resume_rollbacks();
         if fresh && !node.cfg.volume.default_name.is_empty() {
             // create_volume warns about overcommit itself.
             let name = node.cfg.volume.default_name.clone();
@@ -200,6 +212,18 @@ impl Node {
     /// The node-wide caps every front end shares.
     pub fn limits(&self) -> &mariner_limits::Limits {
         &self.limits
+    }
+
+    /// Records the addresses the front ends listen on (export URLs name them).
+    pub fn set_endpoints(&self, nbd: Vec<std::net::SocketAddr>, iscsi: Vec<std::net::SocketAddr>) {
+        if let Ok(mut e) = self.endpoints.write() {
+            *e = (nbd, iscsi);
+        }
+    }
+
+    /// The NBD and iSCSI listen addresses, once bound.
+    pub fn endpoints(&self) -> (Vec<std::net::SocketAddr>, Vec<std::net::SocketAddr>) {
+        self.endpoints.read().map(|e| e.clone()).unwrap_or_default()
     }
 
     pub fn data_dir(&self) -> &Path {
@@ -387,6 +411,11 @@ impl Node {
                 "volume {name} has {n} connected client(s)"
             )));
         }
+        if self.has_snapshots(name) {
+            return Err(NodeError::Busy(format!(
+                "volume {name} has snapshot exports (mariner snapshot list); remove them first"
+            )));
+        }
         let id = vol.meta().id;
         self.log_lifecycle(Entry::extent(RecordKind::VolumeDeleted, id, 0, 0))?;
         if let Ok(mut v) = self.volumes.write() {
@@ -418,7 +447,7 @@ impl Node {
     }
 
     /// The lock that serializes volume administration.
-    fn admin_lock(&self) -> Result<std::sync::MutexGuard<'_, ()>, NodeError> {
+    pub(crate) fn admin_lock(&self) -> Result<std::sync::MutexGuard<'_, ()>, NodeError> {
         self.admin
             .lock()
             .map_err(|_| NodeError::Io("lock poisoned".into()))
@@ -529,7 +558,19 @@ impl Exports for Node {
             .read()
             .map(|v| v.values().cloned().collect())
             .unwrap_or_default();
-        vols.iter().map(|v| crate::nbd::export_info(&**v)).collect()
+        let snaps: Vec<_> = self
+            .snapshots
+            .read()
+            .map(|s| s.values().cloned().collect())
+            .unwrap_or_default();
+        vols.iter()
+            .map(|v| crate::nbd::export_info(&**v))
+            .chain(
+                snaps
+                    .into_iter()
+                    .map(|s| crate::nbd::export_info(&crate::snapshot::ViewRef(s.view.clone()))),
+            )
+            .collect()
     }
 
     fn default_name(&self) -> Option<String> {
@@ -541,8 +582,19 @@ impl Exports for Node {
     }
 
     fn open(&self, name: &str) -> Option<Arc<dyn Export>> {
-        self.volume(name)
-            .map(|v| Arc::new(crate::nbd::NbdExport(v)) as Arc<dyn Export>)
+        if self.rolling_back(name) {
+            tracing::warn!(
+                volume = name,
+                "NBD connection refused: the volume is rolling back"
+            );
+            return None;
+        }
+        if let Some(v) = self.volume(name) {
+            return Some(Arc::new(crate::nbd::NbdExport(v)) as Arc<dyn Export>);
+        }
+        let s = self.snapshot(name)?;
+        let view = Arc::new(crate::snapshot::ViewRef(s.view.clone()));
+        Some(Arc::new(crate::nbd::NbdExport(view)) as Arc<dyn Export>)
     }
 
     fn connection_opened(&self, name: &str) {

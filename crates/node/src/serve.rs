@@ -63,6 +63,7 @@ pub async fn run(
         "admin": admin_path,
         "pid": std::process::id(),
     });
+    node.set_endpoints(bound.clone(), iscsi_bound.clone());
     node.dir.write_ports(&ports)?;
     tracing::info!(nbd = ?bound, iscsi = ?iscsi_bound, admin = %admin_path.display(), "serving");
 

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use bytesize::ByteSize;
 use mariner_nbd::{Export, ExportError};
+use mariner_node::iscsi::ScsiDisk;
 use mariner_node::nbd::NbdExport;
 use mariner_node::volume::Volume;
 use mariner_node::{Config, Node};
@@ -225,7 +226,7 @@ async fn a_partial_write_racing_a_whole_block_iscsi_write_loses_neither() {
         let block = round * 3 % (VOLUME_BYTES / BLOCK);
         let offset = block * BLOCK;
         let old = pattern(1000 + round, BLOCK as usize);
-        BlockBackend::write(&*vol, block, Bytes::from(old.clone()))
+        BlockBackend::write(&ScsiDisk(Arc::clone(&vol)), block, Bytes::from(old.clone()))
             .await
             .unwrap();
         let whole = pattern(2000 + round, BLOCK as usize);
@@ -239,7 +240,9 @@ async fn a_partial_write_racing_a_whole_block_iscsi_write_loses_neither() {
             Export::write(&nbd(&v1), offset + at as u64, Bytes::from(p), false).await
         });
         let aligned =
-            tokio::spawn(async move { BlockBackend::write(&*v2, block, Bytes::from(w)).await });
+            tokio::spawn(
+                async move { BlockBackend::write(&ScsiDisk(v2), block, Bytes::from(w)).await },
+            );
         joined(partial).await.unwrap();
         joined(aligned).await.unwrap();
         let got = read(&vol, offset, BLOCK as u32).await;

@@ -10,6 +10,18 @@
 //! | DELETE | /v1/volumes/{name}            |                      | {}                |
 //! | POST   | /v1/volumes/{name}/grow       | {size_bytes}         | VolumeInfo        |
 //! | POST   | /v1/volumes/{name}/read-only  | {read_only}          | VolumeInfo        |
+//! | POST   | /v1/volumes/{name}/snapshots  | {at, scratch?, name?}| SnapshotInfo      |
+//! | GET    | /v1/snapshots                 |                      | [SnapshotInfo]    |
+//! | GET    | /v1/snapshots/{export}        |                      | SnapshotInfo      |
+//! | DELETE | /v1/snapshots/{export}        |                      | {}                |
+//! | POST   | /v1/volumes/{name}/marks      | {name, at?}          | MarkInfo          |
+//! | GET    | /v1/volumes/{name}/marks      |                      | [MarkInfo]        |
+//! | DELETE | /v1/volumes/{name}/marks/{m}  |                      | {}                |
+//! | GET    | /v1/volumes/{name}/instant    | ?at=TIME             | the instant       |
+//! | GET    | /v1/volumes/{name}/diff       | ?from=T1&to=T2       | DiffInfo          |
+//! | GET    | /v1/volumes/{name}/activity   | ?from&to&buckets     | ActivityInfo      |
+//! | POST   | /v1/volumes/{name}/rollback   | {to, force?}         | RollbackInfo (202)|
+//! | GET    | /v1/volumes/{name}/rollback   |                      | RollbackInfo      |
 //! | GET    | /v1/status                    |                      | status object     |
 //! | GET    | /metrics                      |                      | Prometheus text   |
 //!
@@ -30,6 +42,8 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::{Node, NodeError};
+
+mod history;
 
 #[derive(Debug, Deserialize)]
 struct CreateVolume {
@@ -214,6 +228,30 @@ pub fn router(node: Arc<Node>) -> Router {
         .route("/v1/volumes/{name}", get(info).delete(delete))
         .route("/v1/volumes/{name}/grow", post(grow))
         .route("/v1/volumes/{name}/read-only", post(set_read_only))
+        .route(
+            "/v1/volumes/{name}/snapshots",
+            post(history::export_snapshot),
+        )
+        .route("/v1/snapshots", get(history::list_snapshots))
+        .route(
+            "/v1/snapshots/{export}",
+            get(history::snapshot_info).delete(history::remove_snapshot),
+        )
+        .route(
+            "/v1/volumes/{name}/marks",
+            get(history::list_marks).post(history::set_mark),
+        )
+        .route(
+            "/v1/volumes/{name}/marks/{mark}",
+            axum::routing::delete(history::remove_mark),
+        )
+        .route("/v1/volumes/{name}/instant", get(history::instant))
+        .route("/v1/volumes/{name}/diff", get(history::diff))
+        .route("/v1/volumes/{name}/activity", get(history::activity))
+        .route(
+            "/v1/volumes/{name}/rollback",
+            get(history::rollback_status).post(history::start_rollback),
+        )
         .route("/v1/status", get(status))
         .route("/metrics", get(metrics))
         .fallback(not_found)

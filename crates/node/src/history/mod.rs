@@ -2,6 +2,17 @@
 //! log space as a shrinkable holder (or a must-hold one under `policy = "throttle"`), and
 //! seeded at start-up for volumes it did not follow (history turned on later, or broken).
 
+pub mod instant;
+mod marks;
+mod queries;
+mod resolve;
+mod rollback;
+
+pub use queries::{ActivityInfo, DiffInfo, PointInfo};
+pub use resolve::MarkInfo;
+pub use rollback::RollbackInfo;
+pub(crate) use rollback::Rollbacks;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 

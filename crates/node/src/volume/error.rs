@@ -31,6 +31,10 @@ pub enum VolumeError {
     Log(LogError),
     #[error("store: {0}")]
     Store(StoreError),
+    /// A read of the past failed: the instant left the window (history shrank past it) or
+    /// history broke. Never answered with other data.
+    #[error("history: {0}")]
+    History(String),
     /// A blocking read task could not run to its end.
     #[error("read task: {0}")]
     Task(String),
