@@ -28,6 +28,7 @@ mod pins;
 mod read;
 mod retention;
 mod rollback;
+pub mod rollback_file;
 mod seed;
 mod sink;
 pub mod state;
@@ -39,6 +40,7 @@ pub use error::HistoryError;
 pub use index::IndexConfig;
 pub use pins::PinId;
 pub use read::{At, Point, Window};
+pub use rollback::{RollbackStatus, RollbackWrite};
 pub use seed::SeedPoint;
 
 /// What history keeps of one durable record: everything but its payload, which stays in the
