@@ -15,6 +15,10 @@
 //!
 //! The log keeps what history needs through a shrinkable holder ("history"): when the log
 //! fills before the window ends, history shrinks from its old end, never silently.
+//!
+//! On top: pins hold instants against expiry (`pins`), diff and activity read the digests
+//! only (`changes`), and a rollback rewrites a volume's changed blocks as of an earlier
+//! instant as new writes, resumable after a crash (`rollback`, `rollback_file`).
 
 mod changes;
 pub mod digest;
