@@ -111,32 +111,14 @@ impl History {
         }
         let from = self.window(volume)?.newest;
         let pin_to = self.pin(volume, to.volume_seq)?;
-        let pinned = self.pin(volume, from.volume_seq).and_then(|pin_from| {
-            let mut p = Pending {
-                status: RollbackStatus {
-                    volume,
-                    to,
-                    from,
-                    done_bytes: 0,
-                    total_bytes: 0,
-                    finished: false,
-                },
-                cursor: 0,
-                generation: 1,
-                pins: [pin_to, pin_from],
-                running: false,
-                disk: self.rollback_disk(volume)?,
-            };
-            let r = self.plan(&p.status).and_then(|plan| {
-                p.status.total_bytes = plan.iter().map(|(s, e)| e - s).sum();
-                self.save_pending(&p)
-            });
-            if r.is_err() {
-                self.unpin(pin_from);
+        let pin_from = match self.pin(volume, from.volume_seq) {
+            Ok(id) => id,
+            Err(e) => {
+                self.unpin(pin_to);
+                return Err(e);
             }
-            r.map(|()| p)
-        });
-        match pinned {
+        };
+        match self.first_save(volume, to, from, [pin_to, pin_from]) {
             Ok(p) => {
                 let status = p.status.clone();
                 rb.0.insert(volume, p);
@@ -144,12 +126,41 @@ impl History {
             }
             Err(e) => {
                 self.unpin(pin_to);
-                // A file that may hold a first save is removed: nothing was written yet.
-                let name = file_name(volume);
-                let _ = inner.files.remove(&name);
+                self.unpin(pin_from);
+                // A file that may hold a torn first save goes: nothing was written yet. (Left
+                // behind, open would drop it as a begin cut short.)
+                let _ = inner.files.remove(&file_name(volume));
                 Err(e)
             }
         }
+    }
+
+    /// A new pending rollback: its size, and its first save (synced, with the directory).
+    fn first_save(
+        &self,
+        volume: u32,
+        to: Point,
+        from: Point,
+        pins: [PinId; 2],
+    ) -> Result<Pending, HistoryError> {
+        let mut p = Pending {
+            status: RollbackStatus {
+                volume,
+                to,
+                from,
+                done_bytes: 0,
+                total_bytes: 0,
+                finished: false,
+            },
+            cursor: 0,
+            generation: 1,
+            pins,
+            running: false,
+            disk: self.rollback_disk(volume)?,
+        };
+        p.status.total_bytes = self.plan(&p.status)?.iter().map(|(s, e)| e - s).sum();
+        self.save_pending(&p)?;
+        Ok(p)
     }
 
     /// Runs the volume's pending rollback to its end (or resumes one found at open): extents of
@@ -216,7 +227,7 @@ impl History {
                 write(w).map_err(|why| HistoryError::RollbackWrite { volume, why })?;
                 off += n;
                 cursor = off;
-                status.done_bytes += n;
+                status.done_bytes = status.done_bytes.saturating_add(n);
                 unsaved += n;
                 if unsaved >= self.inner.cfg.rollback_save_bytes {
                     self.save_cursor(volume, cursor, status.done_bytes)?;
