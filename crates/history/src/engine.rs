@@ -55,6 +55,8 @@ pub struct HistoryConfig {
     /// Writers never wait for history (`Shrinkable`, the default), or wait for it
     /// (`MustHold`: the `throttle` policy, once the window is down to its floor).
     pub kind: HoldKind,
+    /// A rollback saves its cursor after this many bytes written (`rollback.rs`).
+    pub rollback_save_bytes: u64,
 }
 
 impl Default for HistoryConfig {
@@ -68,6 +70,7 @@ impl Default for HistoryConfig {
             state_interval: Duration::from_secs(1),
             background: true,
             kind: HoldKind::Shrinkable,
+            rollback_save_bytes: 4 << 20,
         }
     }
 }

@@ -35,4 +35,10 @@ pub enum HistoryError {
     DigestAppend(String),
     #[error("digests unusable after an earlier failure ({0}); reopen them")]
     DigestsFailed(String),
+    #[error("volume {0}: a rollback is already pending or running")]
+    RollbackRunning(u32),
+    #[error("volume {0} has no pending rollback")]
+    NoRollback(u32),
+    #[error("volume {volume}: a rollback write failed: {why}")]
+    RollbackWrite { volume: u32, why: String },
 }

@@ -15,6 +15,10 @@
 //!
 //! The log keeps what history needs through a shrinkable holder ("history"): when the log
 //! fills before the window ends, history shrinks from its old end, never silently.
+//!
+//! On top: pins hold instants against expiry (`pins`), diff and activity read the digests
+//! only (`changes`), and a rollback rewrites a volume's changed blocks as of an earlier
+//! instant as new writes, resumable after a crash (`rollback`, `rollback_file`).
 
 mod changes;
 pub mod digest;
@@ -28,7 +32,7 @@ mod pins;
 mod read;
 mod retention;
 mod rollback;
-pub use rollback::{RollbackStatus, RollbackWrite};
+pub mod rollback_file;
 mod seed;
 mod sink;
 pub mod state;
@@ -40,6 +44,7 @@ pub use error::HistoryError;
 pub use index::IndexConfig;
 pub use pins::PinId;
 pub use read::{At, Point, Window};
+pub use rollback::{RollbackStatus, RollbackWrite};
 pub use seed::SeedPoint;
 
 /// What history keeps of one durable record: everything but its payload, which stays in the

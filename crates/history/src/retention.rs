@@ -15,6 +15,10 @@
 //!
 //! An open that finds `rolling` set applies the records up to it again before anything is
 //! read (applying them in order over any mix of them gives the same image).
+//!
+//! Pins (`pins.rs`) stop expiry, not shrinking: a volume's expiry target ends before its first
+//! record numbered above its oldest pin, and a volume whose base stands at its pin sits out
+//! expiry rounds (so it does not hold back the others'); shrinking ignores pins.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering::Relaxed;

@@ -95,7 +95,11 @@ fn write(log: &Log, clock: &VirtualClock, rng: &mut Rng, n: usize, out: &mut Vec
         let start = rng.next() % SECTORS;
         let len = (1 + rng.next() % 48).min(SECTORS - start);
         let (off, bytes) = (start * 512, len * 512);
-        let vol = if rng.next().is_multiple_of(8) { OTHER } else { VOL };
+        let vol = if rng.next().is_multiple_of(8) {
+            OTHER
+        } else {
+            VOL
+        };
         let (kind, a) = match rng.next() % 6 {
             0 => (
                 RecordKind::Trim,

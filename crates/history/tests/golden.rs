@@ -1,7 +1,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 //! Golden files for the TL digest format (docs/FORMATS.md, "History: TL digests") and the
-//! history state's slot ("History state").
+//! history state's slot ("History state") and the pending-rollback file ("History: pending
+//! rollback").
 //!
 //! A small fixed digest — two frames, every record kind, four volumes — is written by
 //! `Digests` itself and compared byte for byte with `tests/golden/digest_v1.tld`; the
@@ -22,6 +23,7 @@ use std::sync::Arc;
 use mariner_disk::{Disk, MemDisk};
 use mariner_history::digest::Digests;
 use mariner_history::files::{DirFiles, Files};
+use mariner_history::rollback_file::{self, RollbackRecord};
 use mariner_history::state::{self, State, VolumeState, FLAG_BROKEN, FLAG_DELETED};
 use mariner_history::DigestEntry;
 use mariner_log::{LogAddr, RecordKind};
@@ -449,4 +451,97 @@ fn state_fields_sit_at_documented_offsets() {
     }
     assert_eq!(le_u32(&b[136..216], 0), 0x1234_5678);
     assert_eq!(le_u32(&b[136..216], 4), FLAG_BROKEN);
+}
+
+/// The fixed pending rollback: every field its own value.
+fn fixed_rollback() -> RollbackRecord {
+    RollbackRecord {
+        volume: 0x0102_0304,
+        generation: 7,
+        to_vseq: 1_001,
+        to_ts: T0 + 55,
+        from_vseq: 2_002,
+        from_ts: T0 + 66,
+        cursor: 3 << 20,
+        done_bytes: 2 << 20,
+        total_bytes: 9 << 20,
+    }
+}
+
+fn committed_rollback() -> Vec<u8> {
+    golden("rollback_v1.bin", &fixed_rollback().encode())
+}
+
+#[test]
+fn the_golden_rollback_decodes_to_its_fields_and_saves_in_its_slot() {
+    let b = committed_rollback();
+    assert_eq!(b.len(), rollback_file::RECORD_LEN);
+    assert_eq!(RollbackRecord::decode(&b).unwrap(), Some(fixed_rollback()));
+    let mut slot = b.clone();
+    slot.resize(rollback_file::SLOT_BYTES, 0);
+    assert_eq!(
+        RollbackRecord::decode(&slot).unwrap(),
+        Some(fixed_rollback())
+    );
+    // Generation 7 is odd: slot A; the next save (8) goes to B and wins; a torn B leaves A.
+    let disk = MemDisk::new(0);
+    fixed_rollback().save(&disk).unwrap();
+    let mut got = vec![0u8; 2 * rollback_file::SLOT_BYTES];
+    disk.read_at(&mut got, 0).unwrap();
+    assert!(got[..rollback_file::SLOT_BYTES] == slot[..]);
+    assert!(got[rollback_file::SLOT_BYTES..].iter().all(|&x| x == 0));
+    let next = RollbackRecord {
+        generation: 8,
+        cursor: 4 << 20,
+        ..fixed_rollback()
+    };
+    next.save(&disk).unwrap();
+    assert_eq!(RollbackRecord::load(&disk).unwrap(), Some(next));
+    disk.write_at(&[0xAB; 40], rollback_file::SLOT_BYTES as u64 + 30)
+        .unwrap();
+    assert_eq!(RollbackRecord::load(&disk).unwrap(), Some(fixed_rollback()));
+    // Both slots damaged is an error; a first save cut short (B never written) is none.
+    disk.write_at(&[0xAB; 40], 30).unwrap();
+    assert!(RollbackRecord::load(&disk).is_err());
+    let fresh = MemDisk::new(2 * rollback_file::SLOT_BYTES);
+    fresh.write_at(&b[..40], 0).unwrap();
+    assert_eq!(RollbackRecord::load(&fresh).unwrap(), None);
+}
+
+#[test]
+fn every_damaged_byte_of_the_golden_rollback_is_caught() {
+    let b = committed_rollback();
+    each_damaged_byte(&b, |c, i, mask| {
+        assert!(
+            RollbackRecord::decode(c).is_err(),
+            "byte {i} ^ {mask:#04x} went unnoticed"
+        );
+    });
+}
+
+/// The table of docs/FORMATS.md "History: pending rollback".
+#[test]
+fn rollback_fields_sit_at_documented_offsets() {
+    let b = committed_rollback();
+    assert_eq!(rollback_file::MAGIC, *b"MRHROLLB");
+    assert_eq!(
+        (
+            rollback_file::VERSION,
+            rollback_file::RECORD_LEN,
+            rollback_file::SLOT_BYTES
+        ),
+        (1, 88, 512)
+    );
+    assert_eq!(&b[0..8], b"MRHROLLB");
+    assert_eq!(le_u16(&b, 8), 1);
+    assert_eq!(le_u16(&b, 10), 0);
+    assert_eq!(le_u32(&b, 12), 0x0102_0304, "volume");
+    let fields = [7, 1_001, T0 + 55, 2_002, T0 + 66, 3 << 20, 2 << 20, 9 << 20];
+    for (i, want) in fields.into_iter().enumerate() {
+        assert_eq!(le_u64(&b, 16 + 8 * i), want, "field at {}", 16 + 8 * i);
+    }
+    let mut zeroed = b.clone();
+    zeroed[80..84].fill(0);
+    assert_eq!(le_u32(&b, 80), crc32c::crc32c(&zeroed), "crc");
+    assert_eq!(le_u32(&b, 84), 0);
 }

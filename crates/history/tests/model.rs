@@ -12,20 +12,26 @@
 //! `MARINER_HISTORY_MODEL_CASES` sets the number of cases (default: as many as fit in about
 //! a minute, at least 10), `MARINER_HISTORY_MODEL_SEED` the first seed; a failure names its
 //! seed. Counters over the run assert that it covered crashes inside roll-forwards, shrinks,
-//! reads from base images and log wraps.
+//! reads from base images, log wraps, and rollbacks: finished (and undone), and resumed after
+//! a crash cut them short (`model/rollback.rs`). After a finished rollback the volume must
+//! equal the oracle as of its `to` (after an undo: as of the rollback's `from`).
 
-use std::collections::BTreeMap;
-use std::io;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
+#[path = "model/machine.rs"]
+mod machine;
+#[path = "model/rollback.rs"]
+mod rollback;
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use mariner_disk::{Disk, FaultyDisk};
-use mariner_history::files::{Files, MemFiles};
-use mariner_history::{At, History, HistoryConfig, HistoryError, IndexConfig, SeedPoint};
+use mariner_disk::Disk;
+use mariner_history::{At, History, HistoryError, SeedPoint};
 use mariner_log::clock::{Clock, VirtualClock};
-use mariner_log::{Entry, Log, LogConfig, RecordKind};
+use mariner_log::{Entry, Log, RecordKind};
+
+use machine::{history_cfg, log_cfg, Machine, Rng};
 
 const LOG_ID: u128 = 0x0DE1_4157;
 const VOL: u32 = 5;
@@ -35,167 +41,6 @@ const STEPS: usize = 200;
 const SEGMENT: u64 = 64 << 10;
 /// A log small enough to wrap about twice a case.
 const LOG_SEGMENTS: u64 = 12;
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
-
-/// Fails every write and sync once the shared budget runs out: the machine going down in
-/// the middle of whatever history was doing.
-#[derive(Debug)]
-struct Gated {
-    inner: Arc<FaultyDisk>,
-    budget: Arc<AtomicI64>,
-}
-
-impl Gated {
-    fn spend(&self) -> io::Result<()> {
-        if self.budget.fetch_sub(1, Relaxed) <= 0 {
-            return Err(io::Error::other("injected: the machine is going down"));
-        }
-        Ok(())
-    }
-}
-
-impl Disk for Gated {
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        self.inner.read_at(buf, offset)
-    }
-    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        self.spend()?;
-        self.inner.write_at(buf, offset)
-    }
-    fn sync(&self) -> io::Result<()> {
-        self.spend()?;
-        self.inner.sync()
-    }
-    fn len(&self) -> io::Result<u64> {
-        self.inner.len()
-    }
-    fn set_len(&self, len: u64) -> io::Result<()> {
-        self.spend()?;
-        self.inner.set_len(len)
-    }
-    fn punch_hole(&self, offset: u64, len: u64) -> io::Result<()> {
-        self.spend()?;
-        self.inner.punch_hole(offset, len)
-    }
-}
-
-type Registry = Arc<Mutex<BTreeMap<String, Arc<FaultyDisk>>>>;
-
-/// What outlives a crash: the log device and history's files.
-struct Machine {
-    log_dev: Arc<FaultyDisk>,
-    files: Registry,
-    budget: Arc<AtomicI64>,
-    next_seed: Arc<AtomicU64>,
-    /// The file set history has open, to see which files it removed.
-    live: Mutex<Option<Arc<MemFiles>>>,
-}
-
-impl Machine {
-    fn new(seed: u64) -> Self {
-        let log_dev = Arc::new(FaultyDisk::new(
-            (LOG_SEGMENTS * SEGMENT + (1 << 16)) as usize,
-            seed,
-        ));
-        Log::format(&[log_dev.clone() as Arc<dyn Disk>], &log_cfg(), LOG_ID).unwrap();
-        Self {
-            log_dev,
-            files: Arc::default(),
-            budget: Arc::new(AtomicI64::new(i64::MAX)),
-            next_seed: Arc::new(AtomicU64::new(seed.wrapping_mul(31))),
-            live: Mutex::new(None),
-        }
-    }
-
-    /// History's files as the engine sees them, every write through the shared budget.
-    fn mem_files(&self) -> Arc<dyn Files> {
-        let gate = |d: &Arc<FaultyDisk>, budget: &Arc<AtomicI64>| -> Arc<dyn Disk> {
-            Arc::new(Gated {
-                inner: Arc::clone(d),
-                budget: Arc::clone(budget),
-            })
-        };
-        let existing: BTreeMap<String, Arc<dyn Disk>> = self
-            .files
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|(n, d)| (n.clone(), gate(d, &self.budget)))
-            .collect();
-        let (reg, budget, seeds) = (
-            Arc::clone(&self.files),
-            Arc::clone(&self.budget),
-            Arc::clone(&self.next_seed),
-        );
-        let make = move |name: &str| {
-            let d = Arc::new(FaultyDisk::new(0, seeds.fetch_add(1, Relaxed)));
-            reg.lock().unwrap().insert(name.to_string(), Arc::clone(&d));
-            gate(&d, &budget)
-        };
-        let files = Arc::new(MemFiles::new(existing, make));
-        *self.live.lock().unwrap() = Some(Arc::clone(&files));
-        files
-    }
-
-    /// Every disk loses, keeps or tears what it had not synced.
-    fn crash(&mut self) {
-        self.log_dev = Arc::new(self.log_dev.crash());
-        // Files history removed stay removed (a removal is durable when it returns).
-        let present: Option<Vec<String>> = self
-            .live
-            .lock()
-            .unwrap()
-            .as_ref()
-            .map(|f| f.disks().into_keys().collect());
-        let mut reg = self.files.lock().unwrap();
-        let crashed: BTreeMap<String, Arc<FaultyDisk>> = reg
-            .iter()
-            .filter(|(n, _)| present.as_ref().is_none_or(|p| p.contains(n)))
-            .map(|(n, d)| (n.clone(), Arc::new(d.crash())))
-            .collect();
-        *reg = crashed;
-        self.budget.store(i64::MAX, Relaxed);
-    }
-}
-
-fn log_cfg() -> LogConfig {
-    LogConfig {
-        segment_bytes: SEGMENT,
-        t_wait_ns: 0,
-        ..LogConfig::default()
-    }
-}
-
-fn history_cfg(window: Duration) -> HistoryConfig {
-    HistoryConfig {
-        window,
-        min_window: Duration::ZERO,
-        index: IndexConfig {
-            block_count: 4096,
-            block_bytes: 4096,
-            memory_budget_bytes: 2 << 20,
-            log_bytes: 4 << 20,
-            log_segment_bytes: 64 << 10,
-            background: Some(Duration::from_millis(2)),
-        },
-        batch_records: 16,
-        state_interval: Duration::ZERO,
-        background: false,
-        ..HistoryConfig::default()
-    }
-}
 
 /// One acknowledged write (or trim) and the volume after it.
 struct Version {
@@ -214,6 +59,11 @@ struct Counters {
     log_wraps: u64,
     reads_checked: u64,
     expired_checked: u64,
+    resumed_rollbacks: u64,
+    rollbacks_finished: u64,
+    undos_finished: u64,
+    /// Rollbacks whose `to` a shrink or a cut took away.
+    rollbacks_cancelled: u64,
 }
 
 struct Case {
@@ -229,6 +79,10 @@ struct Case {
     gave_way: bool,
     appended_bytes: u64,
     seed: u64,
+    /// The `from` of the last rollback finished: an undo rolls back to it.
+    undo: Option<u64>,
+    /// The rollback being run is an undo.
+    undoing: bool,
 }
 
 impl Case {
@@ -484,6 +338,8 @@ fn run_case(seed: u64, c: &mut Counters) {
         gave_way: false,
         appended_bytes: 0,
         seed,
+        undo: None,
+        undoing: false,
     };
     case.open();
     let a = case.append(Entry::extent(RecordKind::VolumeCreated, VOL, SIZE, 512));
@@ -491,7 +347,8 @@ fn run_case(seed: u64, c: &mut Counters) {
     let log_bytes = LOG_SEGMENTS * SEGMENT;
     for _ in 0..STEPS {
         match case.rng.below(100) {
-            0..=54 => case.write(),
+            0..=49 => case.write(),
+            50..=54 => case.rollback(c),
             55..=69 => {
                 let ns = case.rng.below(20_000_000_000);
                 case.clock.advance(ns);
@@ -535,6 +392,8 @@ fn history_reads_every_instant_it_keeps_through_crashes_expiry_and_shrinking() {
             c.shrinks,
             c.base_reads,
             c.log_wraps,
+            c.resumed_rollbacks,
+            c.rollbacks_finished + c.undos_finished,
         ]
         .iter()
         .all(|&k| k >= 50);
@@ -549,7 +408,8 @@ fn history_reads_every_instant_it_keeps_through_crashes_expiry_and_shrinking() {
     }
     eprintln!(
         "{n} cases: {} crashes ({} inside a roll-forward), {} shrinks, {} cuts, {} base reads, \
-         {} log wraps, {} reads and {} expired instants checked",
+         {} log wraps, {} reads and {} expired instants checked; rollbacks: {} finished, {} \
+         undone, {} resumed, {} cancelled",
         c.crashes,
         c.crashes_in_roll_forward,
         c.shrinks,
@@ -557,7 +417,11 @@ fn history_reads_every_instant_it_keeps_through_crashes_expiry_and_shrinking() {
         c.base_reads,
         c.log_wraps,
         c.reads_checked,
-        c.expired_checked
+        c.expired_checked,
+        c.rollbacks_finished,
+        c.undos_finished,
+        c.resumed_rollbacks,
+        c.rollbacks_cancelled
     );
     if cases.is_none() {
         for (what, count) in [
@@ -565,6 +429,11 @@ fn history_reads_every_instant_it_keeps_through_crashes_expiry_and_shrinking() {
             ("shrinks", c.shrinks),
             ("reads from a base image", c.base_reads),
             ("log wraps", c.log_wraps),
+            ("resumed rollbacks", c.resumed_rollbacks),
+            (
+                "rollbacks and undos finished",
+                c.rollbacks_finished + c.undos_finished,
+            ),
         ] {
             assert!(count >= 50, "the run covered only {count} {what}");
         }
