@@ -401,4 +401,48 @@ fn history_metrics(out: &mut String, node: &Node) {
     ] {
         counter(out, name, help, v.load(Relaxed));
     }
+    user_metrics(out, node);
+}
+
+/// Snapshot exports and rollbacks.
+fn user_metrics(out: &mut String, node: &Node) {
+    let snaps = node.snapshot_infos();
+    gauge(
+        out,
+        "mariner_snapshot_exports",
+        "Snapshot exports (mariner snapshot list).",
+        snaps.len() as f64,
+    );
+    gauge(
+        out,
+        "mariner_snapshot_exports_expired",
+        "Snapshot exports whose instant history no longer holds (their reads fail with EIO).",
+        snaps.iter().filter(|s| s.expired.is_some()).count() as f64,
+    );
+    let runs: Vec<_> = node
+        .volume_names()
+        .into_iter()
+        .filter_map(|n| node.rollback_info(&n))
+        .collect();
+    if runs.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "# HELP mariner_rollback_bytes Bytes a volume's running or last rollback wrote, and has \
+         to write in all.\n# TYPE mariner_rollback_bytes gauge"
+    );
+    for r in &runs {
+        let v = &r.volume;
+        let _ = writeln!(
+            out,
+            "mariner_rollback_bytes{{volume=\"{v}\",of=\"done\"}} {}",
+            r.done_bytes
+        );
+        let _ = writeln!(
+            out,
+            "mariner_rollback_bytes{{volume=\"{v}\",of=\"total\"}} {}",
+            r.total_bytes
+        );
+    }
 }

@@ -13,7 +13,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::Bytes;
-use mariner_history::{History, RollbackStatus, RollbackWrite};
+use mariner_history::{History, HistoryError, RollbackStatus, RollbackWrite};
 use serde::Serialize;
 
 use super::queries::PointInfo;
@@ -267,6 +267,23 @@ fn run(name: &str, vol: &Arc<Volume>, h: &History, id: u32, runs: &Rollbacks) {
                 undo = %format!("mariner rollback {name} --to @{}", s.from.volume_seq),
                 "rollback finished"
             );
+        }
+        Err(e @ HistoryError::Expired { .. }) => {
+            // Only a shrink takes the instant away; the rollback can never finish, so it is
+            // cancelled rather than retried at every start.
+            let cancelled = h.cancel_rollback(id);
+            let why = format!(
+                "history shrank past the instant being rolled back to ({e}); the rollback is \
+                 cancelled{} with part of the volume rolled back: roll back again to an instant \
+                 history still holds",
+                if matches!(cancelled, Ok(true)) {
+                    ""
+                } else {
+                    " (cancelling it failed too)"
+                }
+            );
+            tracing::error!(target: "audit", volume = name, error = %why, "rollback cancelled");
+            update(&|r| r.error = Some(why.clone()));
         }
         Err(e) => {
             let why = e.to_string();
