@@ -300,3 +300,29 @@ fn diff_history_and_a_rollback_that_can_be_undone() {
     let _ = held.kill();
     let _ = held.wait();
 }
+
+#[test]
+fn an_export_the_log_shrinks_past_is_marked_expired_and_fails_with_eio() {
+    require("qemu-io");
+    let (_dir, s) = small_server("snap-expired");
+    let url = s.url("vol0");
+    qemu_io(&url, &["write -P 1 0 1M"]);
+    let x = export(&s, &["vol0", "--at", "now", "--name", "old"]);
+    holds(x["nbd"][0].as_str().unwrap(), 1, "0", "1M");
+    // Three times what the 64 MiB log holds: history must shrink past the pinned instant
+    // (shrinking never waits for a forgotten export).
+    for round in 0..12 {
+        qemu_io(&url, &[format!("write -P {} 0 16M", 2 + round % 3)]);
+    }
+    eventually("the export is marked expired", || {
+        json(&s, &["snapshot", "list"])[0]["expired"].is_string()
+    });
+    let list = ok(&s, &["snapshot", "list"]);
+    assert!(list.contains("expired"), "{list}");
+    assert!(s.metric("mariner_snapshot_exports_expired") >= 1.0);
+    // Its reads fail with EIO, never with other data.
+    let o = qemu_io_output(&["-r"], &s.url("vol0@old"), &["read -P 1 0 4k"]);
+    let text = output_text(&o);
+    assert!(!qemu_io_succeeded(&o) && text.contains("Input/output error"), "{text}");
+    ok(&s, &["snapshot", "remove", "vol0@old"]);
+}

@@ -17,7 +17,7 @@ use crate::Node;
 
 #[derive(Debug, Deserialize)]
 pub(super) struct ExportSnapshot {
-    /// TIME (docs/CONFIG.md "Instants").
+    /// TIME (docs/ARCHITECTURE.md "History", "What the user gets").
     at: String,
     #[serde(default)]
     scratch: bool,
