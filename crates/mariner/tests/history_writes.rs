@@ -23,6 +23,9 @@ const BLOCK: u64 = 4096;
 const AREA_BLOCKS: u64 = 2048;
 /// Most blocks per write.
 const MAX_BLOCKS: u64 = 4;
+/// At most one write per millisecond (about 10 MiB/s): seconds of writes stay well inside
+/// what the 256 MiB log keeps before history shrinks and drops the oldest bookmarks.
+const PACE: Duration = Duration::from_millis(1);
 
 /// A block that names itself: (block, generation) in every 16 bytes.
 fn stamp(out: &mut Vec<u8>, block: u64, generation: u64) {
@@ -124,7 +127,7 @@ fn plan(n: u64) -> Write1 {
     }
 }
 
-/// A writer on its own connection, one write at a time: `submitted` counts the writes sent,
+/// A writer on its own connection, one write at a time, paced: `submitted` counts the writes sent,
 /// `acked` those the server acknowledged. It stops when told, or at the first error (the
 /// server killed).
 struct Writer {
@@ -143,9 +146,14 @@ impl Writer {
         let (stop2, sub2, ack2) = (stop.clone(), submitted.clone(), acked.clone());
         let thread = std::thread::spawn(move || {
             let mut buf = Vec::new();
+            let start = Instant::now();
             for n in 1.. {
                 if stop2.load(Ordering::SeqCst) {
                     return None;
+                }
+                let due = PACE * n as u32;
+                if let Some(wait) = due.checked_sub(start.elapsed()) {
+                    std::thread::sleep(wait);
                 }
                 let w = plan(n);
                 buf.clear();
@@ -386,10 +394,15 @@ fn kill_9_during_a_rollback_resumes_it_at_start_up() {
     mark(&s, "vol0", "a");
     copy_in(&b, &s.url("vol0"));
     let begun = start_rollback(&s, "vol0", "mark:a", false).unwrap_or_else(|e| panic!("{e}"));
-    // While it runs, new connections to the volume are refused.
-    let o = Command::new("nbdinfo")
+    // While it runs, new connections to the volume are refused, over NBD and iSCSI.
+    let nbd = Command::new("nbdinfo")
         .arg("--size")
         .arg(s.url("vol0"))
+        .output()
+        .unwrap();
+    let lun = format!("iscsi://{}/iqn.2026-11.dev.mariner:vol0/0", s.iscsi());
+    let iscsi = Command::new("qemu-img")
+        .args(["info", &lun])
         .output()
         .unwrap();
     let status = rollback_status(&s, "vol0");
@@ -400,11 +413,13 @@ fn kill_9_during_a_rollback_resumes_it_at_start_up() {
         status["finished"] == false,
         "the rollback ended before the kill: make it larger ({status})"
     );
-    assert!(
-        !o.status.success(),
-        "a new NBD connection was accepted during the rollback: {}",
-        String::from_utf8_lossy(&o.stdout)
-    );
+    for (what, o) in [("NBD", &nbd), ("iSCSI", &iscsi)] {
+        assert!(
+            !o.status.success(),
+            "a new {what} connection was accepted during the rollback: {}",
+            String::from_utf8_lossy(&o.stdout)
+        );
+    }
 
     s = Server::start(&s.data.clone(), &args);
     let t = Instant::now();
