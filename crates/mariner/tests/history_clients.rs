@@ -31,7 +31,7 @@ const IMAGE_SIZE: &str = "64M";
 fn stage_tree(root: &Path, stage: u64) {
     let sizes = [1usize, 700, 4096, 5000, 70_000, 400_000, 1_500_000];
     for i in 0..24u64 {
-        if (i + stage) % 5 == 0 {
+        if (i + stage).is_multiple_of(5) {
             continue;
         }
         let version = if i % 3 == stage % 3 { stage + 1 } else { 0 };
