@@ -82,7 +82,7 @@ fn require_tools(tools: &[&str]) {
 
 #[test]
 fn ext4_stages_come_back_byte_for_byte_over_nbd_and_iscsi() {
-    require_tools(&["qemu-img", "mkfs.ext4", "e2fsck", "timeout"]);
+    require_tools(&["qemu-img", "nbdcopy", "mkfs.ext4", "e2fsck", "timeout"]);
     let dir = scratch("hist-ext4");
     let s = Server::start(&dir.path().join("data"), ARGS);
     let images: Vec<PathBuf> = (0..3).map(|i| stage_image(dir.path(), i)).collect();
@@ -103,6 +103,10 @@ fn ext4_stages_come_back_byte_for_byte_over_nbd_and_iscsi() {
         copy_out(&url_of(&e, "nbd"), &out);
         assert_same_bytes(image, &out, &format!("stage {i} over NBD"));
         assert_fsck_clean(&out, &format!("stage {i} over NBD"));
+        // nbdcopy: several connections, many requests in flight.
+        std::fs::remove_file(&out).unwrap();
+        run_bounded(Command::new("nbdcopy").arg(url_of(&e, "nbd")).arg(&out));
+        assert_same_bytes(image, &out, &format!("stage {i} over NBD (nbdcopy)"));
         copy_out(&url_of(&e, "iscsi"), &out);
         assert_same_bytes(image, &out, &format!("stage {i} over iSCSI"));
         std::fs::remove_file(&out).unwrap();
