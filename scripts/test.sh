@@ -29,7 +29,8 @@ stage "install packages"
 need_pkgs=()
 # nbdfuse is part of libnbd-bin on Debian 12 (no package of its own); fuse3 brings fusermount.
 # python3 runs bench/results.py check (docs/benchmarks.md tables match bench/results/).
-for p in qemu-utils libnbd-bin fio nbdkit libiscsi-bin e2fsprogs curl fuse2fs fuse3 python3; do
+# sqlite3 is the live database of history_clients.rs.
+for p in qemu-utils libnbd-bin fio nbdkit libiscsi-bin e2fsprogs curl fuse2fs fuse3 python3 sqlite3; do
   dpkg -s "$p" >/dev/null 2>&1 || need_pkgs+=("$p")
 done
 SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo

@@ -3,6 +3,8 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 pub mod cli;
+pub mod fuse;
+pub mod history;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
