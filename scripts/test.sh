@@ -86,7 +86,8 @@ cargo test --workspace --release
 #     suite past 30 minutes; the library code it runs is checked by the crates' own tests here.
 #     Run it by hand with `cargo test --profile checked -p mariner --tests`.
 checked=(-p mariner-disk -p mariner-placement -p mariner-log -p mariner-store -p mariner-bosc
-  -p mariner-nbd -p mariner-scsi -p mariner-iscsi -p mariner-node -p mariner-limits -p mariner-sim)
+  -p mariner-nbd -p mariner-scsi -p mariner-iscsi -p mariner-node -p mariner-limits -p mariner-sim
+  -p mariner-history)
 stage "build (checked)"
 cargo test --profile checked "${checked[@]}" --tests --no-run
 
