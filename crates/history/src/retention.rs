@@ -456,6 +456,16 @@ impl Inner {
                 v.rolling_vseq = 0;
                 v.rolling_ts = 0;
             }
+            if !lost.is_empty() {
+                // The log cut this round's records while it ran (`check_cut` leaves a
+                // volume rolling past the cut to this round): counted and said like any cut.
+                self.stats.cuts.fetch_add(1, Relaxed);
+                tracing::warn!(
+                    volumes = ?lost,
+                    "the log filled faster than history's base images rolled forward: their \
+                     history is lost until it is seeded again"
+                );
+            }
             for id in &gone {
                 st.volumes.remove(id);
             }
