@@ -269,19 +269,16 @@ impl Inner {
         from.saturating_add((records * excess).ceil() as u64)
     }
 
-    /// Whether history holds more of the log than a shrink leaves it: the indexer then
-    /// takes records promptly (not once per batch interval), so the round that follows when
-    /// the log is pressed finds them indexed and can roll over them.
-    pub(crate) fn log_filling(&self) -> bool {
-        self.held_share() >= SHRINK_TO
-    }
-
     /// How long the indexer collects a batch: the batch interval, or a few milliseconds
-    /// while the log is filling (history then indexes and rolls forward that often). Asked
-    /// again at every wake-up — the sink wakes the indexer once the log fills — since a
-    /// burst can fill the log within one batch interval.
+    /// while the log is pressed (history then indexes and rolls forward that often). Asked
+    /// again at every wake-up — the sink wakes the indexer once the log is pressed — since
+    /// a burst can fill the log within one batch interval: the round then starts at once,
+    /// over every record that came, indexed first.
+    ///
+    /// Not sooner (at 40 %, say): history may hold half the log for good when its window
+    /// fits, and indexing every few milliseconds costs syncs that writers then wait behind.
     pub(crate) fn batch_wait(&self) -> std::time::Duration {
-        if self.log_filling() {
+        if self.log_pressed() {
             self.cfg
                 .batch_interval
                 .min(std::time::Duration::from_millis(10))
