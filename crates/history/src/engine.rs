@@ -447,17 +447,12 @@ impl Inner {
     fn run(self: Arc<Self>) {
         while !self.stop.load(Relaxed) {
             {
-                // A batch is a full one or what came in one interval: each costs syncs.
-                // While the log is filling, history rolls forward every few milliseconds.
+                // A batch is a full one or what came in one interval (`batch_wait`, asked
+                // again at every wake-up): each costs syncs.
                 let started = Instant::now();
-                let interval = if self.log_pressed() {
-                    self.cfg.batch_interval.min(Duration::from_millis(10))
-                } else {
-                    self.cfg.batch_interval
-                };
                 let mut q = lock(&self.incoming);
                 while q.len() < self.cfg.batch_records && !self.stop.load(Relaxed) {
-                    let Some(left) = interval.checked_sub(started.elapsed()) else {
+                    let Some(left) = self.batch_wait().checked_sub(started.elapsed()) else {
                         break;
                     };
                     q = self

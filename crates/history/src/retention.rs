@@ -35,6 +35,8 @@ use crate::{DigestEntry, HistoryError};
 const ROUND_RECORDS: u64 = 16_384;
 /// Share of the log history may hold before it rolls forward early (shrinks).
 const PRESSURE: f64 = 0.6;
+/// Share of the log a shrink brings what history holds back to.
+const SHRINK_TO: f64 = 0.4;
 /// Expiry rolls forward at most this often (shrinking, whenever the log is pressed).
 const ROLL_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 
@@ -157,10 +159,11 @@ impl Inner {
             // Shrink: at least an eighth of the round's records, oldest first, whatever their
             // volume — under the throttle policy never past `min_window` (writers wait
             // instead: history is then a must-hold holder).
+            let bound = self.shrink_through(from);
             let mut take = entries
                 .len()
                 .div_ceil(8)
-                .max(self.shrink_share(entries.len()));
+                .max(entries.partition_point(|e| e.seq <= bound));
             if self.cfg.kind == HoldKind::MustHold {
                 let floor = now.saturating_sub(nanos(self.cfg.min_window));
                 take = take.min(entries.partition_point(|e| e.timestamp_ns < floor));
@@ -244,29 +247,62 @@ impl Inner {
         }
     }
 
-    /// Of `n` records history holds at its old end, how many to roll forward now to bring
-    /// what it holds of the log back to 40 %, assuming they fill segments alike.
-    fn shrink_share(&self, n: usize) -> usize {
+    /// How far (a log sequence number) to roll forward now, from `from`, to bring what
+    /// history holds of the log back to 40 % — less when it holds more than 60 %, down to
+    /// 20 % at 80 % and beyond —, assuming records fill segments alike.
+    ///
+    /// The log keeps filling while a round runs: holding more than the pressure mark means
+    /// writes outran the last round, and a round that only went back to 40 % would end with
+    /// the log fuller still, until it cut history.
+    ///
+    /// Counted over every record history holds — up to the newest durable one, indexed or
+    /// not — since all of them fill its segments: counted over the indexed ones only, a round
+    /// taken while indexing lags (the log filling fastest) released too little, and the log
+    /// kept filling until it cut history.
+    fn shrink_through(&self, from: u64) -> u64 {
         let (Some(log), Some(h)) = (self.log.get(), self.holder.get()) else {
-            return 0;
+            return from;
         };
         let total = log.stats().segments_total.load(Relaxed) as f64;
-        let held = h.segments_held() as f64;
-        if held <= 0.0 {
-            return 0;
+        let excess = excess_share(h.segments_held() as f64, total);
+        let records = log.stats().durable_seq.load(Relaxed).saturating_sub(from) as f64;
+        from.saturating_add((records * excess).ceil() as u64)
+    }
+
+    /// How long the indexer collects a batch: the batch interval, or a few milliseconds
+    /// while the log is pressed (history then indexes and rolls forward that often). Asked
+    /// again at every wake-up — the sink wakes the indexer once the log is pressed — since
+    /// a burst can fill the log within one batch interval: the round then starts at once,
+    /// over every record that came, indexed first.
+    ///
+    /// Not sooner (at 40 %, say): history may hold half the log for good when its window
+    /// fits, and indexing every few milliseconds costs syncs that writers then wait behind.
+    pub(crate) fn batch_wait(&self) -> std::time::Duration {
+        if self.log_pressed() {
+            self.cfg
+                .batch_interval
+                .min(std::time::Duration::from_millis(10))
+        } else {
+            self.cfg.batch_interval
         }
-        let excess = ((held - 0.4 * total) / held).clamp(0.0, 1.0);
-        (n as f64 * excess).ceil() as usize
+    }
+
+    /// The share of the log's segments history holds (0 before it starts).
+    fn held_share(&self) -> f64 {
+        let (Some(log), Some(h)) = (self.log.get(), self.holder.get()) else {
+            return 0.0;
+        };
+        let total = log.stats().segments_total.load(Relaxed);
+        if total == 0 {
+            return 0.0;
+        }
+        h.segments_held() as f64 / total as f64
     }
 
     /// Whether history holds so much of the log that it must shrink rather than wait for
     /// records to age out.
     pub(crate) fn log_pressed(&self) -> bool {
-        let (Some(log), Some(h)) = (self.log.get(), self.holder.get()) else {
-            return false;
-        };
-        let total = log.stats().segments_total.load(Relaxed);
-        total > 0 && h.segments_held() as f64 >= PRESSURE * total as f64
+        self.held_share() >= PRESSURE
     }
 
     /// Rolls the bases forward over `entries` (ascending, all indexed).
@@ -293,11 +329,23 @@ impl Inner {
         }
         self.note_views();
         drop(pins);
+        // Each phase timed: when the log outruns the rounds, this says which phase to blame.
+        let started = std::time::Instant::now();
         self.save(true)?;
+        let saved = started.elapsed();
         // 2. and 3.
         self.apply_rolling(entries)?;
+        let applied = started.elapsed();
         self.stats.roll_forwards.fetch_add(1, Relaxed);
-        self.prune(Some(entries))
+        self.prune(Some(entries))?;
+        tracing::debug!(
+            records = entries.len(),
+            intent_ms = saved.as_millis(),
+            apply_ms = (applied - saved).as_millis(),
+            prune_ms = (started.elapsed() - applied).as_millis(),
+            "history rolled forward"
+        );
+        Ok(())
     }
 
     /// Removes the index entries of the records the bases now hold, then the digests no
@@ -391,6 +439,9 @@ impl Inner {
             }
         }
         let mut bytes = 0u64;
+        // Where an apply's time goes (reading the log, writing, syncing the bases).
+        let mut spent = [std::time::Duration::ZERO; 3];
+        let mut writes = 0u64;
         for (id, plan) in &plans {
             let Some(disk) = bases.get(id) else {
                 continue;
@@ -409,7 +460,10 @@ impl Inner {
                     continue;
                 }
                 if cached.as_ref().is_none_or(|(c, _)| *c != i) {
-                    match log.read(e.addr, e.seq) {
+                    let t = std::time::Instant::now();
+                    let got = log.read(e.addr, e.seq);
+                    spent[0] += t.elapsed();
+                    match got {
                         Ok((_, payload)) => cached = Some((i, payload)),
                         // Reused: a record in its place (Gone), or the middle of one (a
                         // header that does not decode). Either way the log let it go — it was
@@ -435,11 +489,24 @@ impl Inner {
                     at: start,
                     why: format!("record {} is shorter than its extent", e.seq),
                 })?;
+                let t = std::time::Instant::now();
                 disk.write_at(part, start).map_err(&io)?;
+                spent[1] += t.elapsed();
+                writes += 1;
                 bytes += part.len() as u64;
             }
+            let t = std::time::Instant::now();
             disk.sync().map_err(&io)?;
+            spent[2] += t.elapsed();
         }
+        tracing::debug!(
+            read_ms = spent[0].as_millis(),
+            write_ms = spent[1].as_millis(),
+            sync_ms = spent[2].as_millis(),
+            writes,
+            bytes,
+            "history applied records to the base images"
+        );
         {
             let mut st = lock(&self.state);
             for (id, v) in st.volumes.iter_mut() {
@@ -455,6 +522,16 @@ impl Inner {
                 v.rolling_seq = 0;
                 v.rolling_vseq = 0;
                 v.rolling_ts = 0;
+            }
+            if !lost.is_empty() {
+                // The log cut this round's records while it ran (`check_cut` leaves a
+                // volume rolling past the cut to this round): counted and said like any cut.
+                self.stats.cuts.fetch_add(1, Relaxed);
+                tracing::warn!(
+                    volumes = ?lost,
+                    "the log filled faster than history's base images rolled forward: their \
+                     history is lost until it is seeded again"
+                );
             }
             for id in &gone {
                 st.volumes.remove(id);
@@ -514,6 +591,18 @@ impl Inner {
     }
 }
 
+/// Of what history holds (`held` of the log's `total` segments), the share at its old end to
+/// roll forward: what brings it back to 40 %, or lower the more it holds past 60 % (see
+/// `shrink_through`).
+fn excess_share(held: f64, total: f64) -> f64 {
+    if held <= 0.0 || total <= 0.0 {
+        return 0.0;
+    }
+    let over = (held / total - PRESSURE).max(0.0);
+    let to = (SHRINK_TO - over).max(SHRINK_TO / 2.0);
+    ((held - to * total) / held).clamp(0.0, 1.0)
+}
+
 fn nanos(d: std::time::Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
@@ -549,7 +638,21 @@ impl Overlay {
 
 #[cfg(test)]
 mod tests {
-    use super::Overlay;
+    use super::{excess_share, Overlay};
+
+    /// What a shrink leaves history of the log: 40 % when pressed at 60 %, less the further
+    /// past it, never under 20 %; nothing when it holds nothing.
+    #[test]
+    fn a_shrink_goes_lower_the_fuller_the_log() {
+        let left = |held: f64| held * (1.0 - excess_share(held, 100.0));
+        assert!((left(60.0) - 40.0).abs() < 1e-9);
+        assert!((left(70.0) - 30.0).abs() < 1e-9);
+        assert!((left(80.0) - 20.0).abs() < 1e-9);
+        assert!((left(100.0) - 20.0).abs() < 1e-9);
+        assert_eq!(excess_share(30.0, 100.0), 0.0);
+        assert_eq!(excess_share(0.0, 100.0), 0.0);
+        assert_eq!(excess_share(10.0, 0.0), 0.0);
+    }
 
     /// The overlay gives every byte the newest record that covered it.
     #[test]

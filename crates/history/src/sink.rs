@@ -63,7 +63,10 @@ impl Inner {
             q.extend(entries);
             q.len() >= self.cfg.batch_records
         };
-        if full {
+        // While the log is pressed, the indexer must not sit out its batch interval: a burst
+        // can fill the log within one, and the round that shrinks history needs these
+        // indexed.
+        if full || self.log_pressed() {
             self.wake.notify_one();
         }
     }
