@@ -582,14 +582,7 @@ impl Inner {
                 disk.set_len(e.offset).map_err(io_err(files, &name))?;
                 disk.sync().map_err(io_err(files, &name))?;
                 files.sync_dir().map_err(io_err(files, "."))?;
-                let v = VolumeState {
-                    block_size: e.length,
-                    size: e.offset,
-                    base_seq: e.seq,
-                    base_vseq: e.volume_seq,
-                    base_ts: e.timestamp_ns,
-                    ..VolumeState::default()
-                };
+                let v = VolumeState::created(e);
                 st.volumes.insert(e.volume, v);
                 lock(&self.bases).insert(e.volume, disk);
                 let mut views = self.views.write().unwrap_or_else(PoisonError::into_inner);

@@ -119,7 +119,6 @@ impl Inner {
         // there), and is then as of its last record that left.
         let mut targets: BTreeMap<u32, Target> = BTreeMap::new();
         let mut next_wall = u64::MAX;
-        let mut expired_records = 0usize;
         for (&id, v) in &bases {
             if stuck.contains(&id) {
                 continue;
@@ -148,7 +147,6 @@ impl Inner {
                 }
                 t.vseq = e.volume_seq;
                 t.ts = e.timestamp_ns;
-                expired_records += 1;
             }
             if t.seq > v.base_seq {
                 targets.insert(id, t);
@@ -195,7 +193,6 @@ impl Inner {
                 self.warn_shrink(now, oldest, shrank);
             }
         }
-        let _ = expired_records;
         if targets.is_empty() {
             return Ok(());
         }

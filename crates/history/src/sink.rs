@@ -128,14 +128,7 @@ pub(crate) fn provisional_view(views: &mut BTreeMap<u32, View>, e: &DigestEntry)
     views.insert(
         e.volume,
         View {
-            state: VolumeState {
-                block_size: e.length,
-                size: e.offset,
-                base_seq: e.seq,
-                base_vseq: e.volume_seq,
-                base_ts: e.timestamp_ns,
-                ..VolumeState::default()
-            },
+            state: VolumeState::created(e),
             last_vseq: e.volume_seq,
             last_ts: e.timestamp_ns,
         },

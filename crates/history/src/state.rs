@@ -80,6 +80,21 @@ pub struct VolumeState {
     pub rolling_ts: u64,
 }
 
+impl VolumeState {
+    /// A volume created (`e`, its `VolumeCreated` record) while history is on: an empty base
+    /// as of its creation.
+    pub(crate) fn created(e: &crate::DigestEntry) -> Self {
+        Self {
+            block_size: e.length,
+            size: e.offset,
+            base_seq: e.seq,
+            base_vseq: e.volume_seq,
+            base_ts: e.timestamp_ns,
+            ..Self::default()
+        }
+    }
+}
+
 /// The whole state.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct State {

@@ -229,6 +229,30 @@ fn io_at(p: &Path, e: std::io::Error) -> NodeError {
     NodeError::Io(format!("{}: {e}", p.display()))
 }
 
+/// A JSON file of the data directory that carries its own `format_version` (read with
+/// `version_of`): `None` when absent; `Corrupt` when unreadable or of another version.
+pub fn load_versioned<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    version: u32,
+    version_of: impl Fn(&T) -> u32,
+) -> Result<Option<T>, NodeError> {
+    let bytes = match fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io_at(path, e)),
+    };
+    let f: T = serde_json::from_slice(&bytes)
+        .map_err(|e| NodeError::Corrupt(format!("{}: {e}", path.display())))?;
+    let found = version_of(&f);
+    if found != version {
+        return Err(NodeError::Corrupt(format!(
+            "{}: format version {found} (this build reads {version})",
+            path.display()
+        )));
+    }
+    Ok(Some(f))
+}
+
 /// Replaces a file atomically and durably.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), NodeError> {
     let tmp = path.with_extension("tmp");

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::datadir::write_atomic;
+use crate::datadir::{load_versioned, write_atomic};
 use crate::NodeError;
 
 const FILE_NAME: &str = "marks.json";
@@ -34,21 +34,8 @@ struct MarksFile {
 /// The volume's bookmarks (none when it has no file).
 pub fn load(volume_dir: &Path) -> Result<BTreeMap<String, Mark>, NodeError> {
     let path = volume_dir.join(FILE_NAME);
-    let bytes = match std::fs::read(&path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(BTreeMap::new()),
-        Err(e) => return Err(NodeError::Io(format!("{}: {e}", path.display()))),
-    };
-    let f: MarksFile = serde_json::from_slice(&bytes)
-        .map_err(|e| NodeError::Corrupt(format!("{}: {e}", path.display())))?;
-    if f.format_version != FORMAT_VERSION {
-        return Err(NodeError::Corrupt(format!(
-            "{}: format version {} (this build reads {FORMAT_VERSION})",
-            path.display(),
-            f.format_version
-        )));
-    }
-    Ok(f.marks)
+    let f = load_versioned(&path, FORMAT_VERSION, |f: &MarksFile| f.format_version)?;
+    Ok(f.map_or_else(BTreeMap::new, |f| f.marks))
 }
 
 /// Replaces the volume's bookmarks, durably.

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use mariner_history::PinId;
 use serde::{Deserialize, Serialize};
 
-use crate::datadir::write_atomic;
+use crate::datadir::{load_versioned, write_atomic};
 use crate::history::instant::format_ns;
 use crate::node::now_ns;
 use crate::{Node, NodeError};
@@ -91,21 +91,8 @@ pub fn target_iqn(volume: &str, snapshot: &str) -> String {
 /// The volume's recorded snapshot exports.
 pub(crate) fn load(volume_dir: &Path) -> Result<Vec<SnapshotMeta>, NodeError> {
     let path = volume_dir.join(FILE_NAME);
-    let bytes = match std::fs::read(&path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(NodeError::Io(format!("{}: {e}", path.display()))),
-    };
-    let f: SnapshotsFile = serde_json::from_slice(&bytes)
-        .map_err(|e| NodeError::Corrupt(format!("{}: {e}", path.display())))?;
-    if f.format_version != FORMAT_VERSION {
-        return Err(NodeError::Corrupt(format!(
-            "{}: format version {} (this build reads {FORMAT_VERSION})",
-            path.display(),
-            f.format_version
-        )));
-    }
-    Ok(f.snapshots)
+    let f = load_versioned(&path, FORMAT_VERSION, |f: &SnapshotsFile| f.format_version)?;
+    Ok(f.map_or_else(Vec::new, |f| f.snapshots))
 }
 
 fn save(volume_dir: &Path, snapshots: &[SnapshotMeta]) -> Result<(), NodeError> {
