@@ -11,6 +11,8 @@
 
 use mariner_disk::Disk;
 
+use crate::state::{u32_at, u64_at};
+
 /// Bytes of one slot (the record, then zeros).
 pub const SLOT_BYTES: usize = 512;
 pub const MAGIC: [u8; 8] = *b"MRHROLLB";
@@ -57,18 +59,6 @@ pub struct RollbackRecord {
 
 fn u16_at(b: &[u8], at: usize) -> u16 {
     u16::from_le_bytes([b[at], b[at + 1]])
-}
-
-fn u32_at(b: &[u8], at: usize) -> u32 {
-    let mut a = [0u8; 4];
-    a.copy_from_slice(&b[at..at + 4]);
-    u32::from_le_bytes(a)
-}
-
-fn u64_at(b: &[u8], at: usize) -> u64 {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&b[at..at + 8]);
-    u64::from_le_bytes(a)
 }
 
 impl RollbackRecord {

@@ -108,13 +108,16 @@ pub struct State {
     pub volumes: BTreeMap<u32, VolumeState>,
 }
 
-fn u32_at(b: &[u8], at: usize) -> u32 {
+/// The little-endian `u32` at `at` (the caller checked the length; history's file formats
+/// share these readers).
+pub(crate) fn u32_at(b: &[u8], at: usize) -> u32 {
     let mut a = [0u8; 4];
     a.copy_from_slice(&b[at..at + 4]);
     u32::from_le_bytes(a)
 }
 
-fn u64_at(b: &[u8], at: usize) -> u64 {
+/// The little-endian `u64` at `at` (the caller checked the length).
+pub(crate) fn u64_at(b: &[u8], at: usize) -> u64 {
     let mut a = [0u8; 8];
     a.copy_from_slice(&b[at..at + 8]);
     u64::from_le_bytes(a)
