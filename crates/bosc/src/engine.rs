@@ -116,6 +116,18 @@ pub struct BoscConfig {
     /// `Some(interval)`: a background thread runs the commit cycle. `None`: only
     /// [`Bosc::commit_cycle`] and forced commits do (deterministic tests).
     pub background: Option<Duration>,
+    /// The background cycle sweeps only while the queues hold more than this share of the
+    /// budget, or the own log is more than half full. 0.0: it sweeps whenever anything is
+    /// pending, as the seed's BOSC does on data disks of its own (lu-dissertation §3.2).
+    /// Beside other writers on one device (history's index beside the log and the images), a
+    /// sweep that never waits writes each block for the few modifications that came since the
+    /// last pass; waiting until the queues are this full gathers many per block written.
+    pub sweep_above: f64,
+    /// Share of the budget that block images a query read may take to be kept (1.0: any
+    /// room). A kept image takes later modifications at once, but once modified it stays
+    /// until committed: under a small budget, images of leaves each holding a few
+    /// modifications crowd out the queues, and every commit writes a block for those few.
+    pub image_share: f64,
 }
 
 impl Default for BoscConfig {
@@ -129,6 +141,8 @@ impl Default for BoscConfig {
             runs_per_cycle: 64,
             dw_runs: 8,
             background: Some(Duration::from_millis(10)),
+            sweep_above: 0.0,
+            image_share: 1.0,
         }
     }
 }

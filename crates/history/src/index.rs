@@ -101,6 +101,12 @@ impl IndexConfig {
             block_count: self.block_count,
             memory_budget_bytes: self.memory_budget_bytes,
             background: self.background,
+            // The index shares its device with the log and the images: its sweep waits until
+            // the queues are half full, so each leaf written carries many entries.
+            sweep_above: 0.5,
+            // And leaves read for splits are kept only within a quarter of the budget:
+            // modified, each would hold 4 KiB of it until committed.
+            image_share: 0.25,
             ..BoscConfig::default()
         }
     }

@@ -104,9 +104,31 @@ impl<A: BlockApp> Inner<A> {
                     return;
                 }
             }
+            if !self.sweep_due() {
+                continue;
+            }
             // An error is recorded in `failed` and reported to every later caller.
             let _ = self.commit_cycle();
         }
+    }
+
+    /// Whether the background cycle sweeps now ([`crate::BoscConfig::sweep_above`]).
+    fn sweep_due(&self) -> bool {
+        let above = self.cfg.sweep_above;
+        if above <= 0.0 {
+            return true;
+        }
+        let budget = self.budget.load(Ordering::Relaxed) as f64;
+        if lock(&self.state).pending_bytes() as f64 > above * budget {
+            return true;
+        }
+        // The own log is released only behind committed modifications: a block left pending
+        // for long would hold it until writers wait for room.
+        self.log.as_ref().is_some_and(|(log, _)| {
+            let s = log.stats();
+            let total = s.segments_total.load(Ordering::Relaxed);
+            total > 0 && s.segments_used.load(Ordering::Relaxed) * 2 > total
+        })
     }
 
     pub(super) fn fail(&self, e: Error) -> Error {

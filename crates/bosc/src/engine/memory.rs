@@ -69,6 +69,8 @@ pub(super) struct State {
     /// (kept, not found by a walk of every image: under a B+tree's many new leaves that walk
     /// was 5 % of its writer's CPU).
     pub(super) clean: BTreeSet<u64>,
+    /// Their footprint (part of `memory_bytes`).
+    pub(super) clean_bytes: usize,
     /// Copies of blocks the commit cycle merged and the application called hot
     /// ([`BlockApp::hot`]), not yet taken by [`Bosc::take_hot`]; each with the last
     /// sequence number merged into it.
@@ -125,6 +127,7 @@ impl State {
 
     pub(super) fn cache_image(&mut self, block: u64, image: Vec<u8>, lsn: u64) {
         let c = Cached { image, lsn };
+        self.unmark_clean(block);
         self.memory_bytes += c.footprint();
         if let Some(old) = self.images.insert(block, c) {
             self.memory_bytes -= old.footprint();
@@ -134,11 +137,30 @@ impl State {
 
     /// Keeps `clean` true of `block` after its image or queue changed.
     pub(super) fn note_clean(&mut self, block: u64) {
-        if self.images.contains_key(&block) && !self.has_pending(block) {
-            self.clean.insert(block);
-        } else {
-            self.clean.remove(&block);
+        match self.images.get(&block) {
+            Some(c) if !self.has_pending(block) => {
+                if self.clean.insert(block) {
+                    self.clean_bytes += c.footprint();
+                }
+            }
+            _ => self.unmark_clean(block),
         }
+    }
+
+    /// `block` is no longer among the clean images (it has pending modifications, or its
+    /// image goes).
+    pub(super) fn unmark_clean(&mut self, block: u64) {
+        if self.clean.remove(&block) {
+            if let Some(c) = self.images.get(&block) {
+                self.clean_bytes -= c.footprint();
+            }
+        }
+    }
+
+    /// What the queues hold beyond the clean images, which cost only a read to bring back:
+    /// the memory a commit frees.
+    pub(super) fn pending_bytes(&self) -> usize {
+        self.queue_bytes() - self.clean_bytes
     }
 
     pub(super) fn keep_hot(&mut self, block: u64, image: Vec<u8>, lsn: u64) {
@@ -169,7 +191,7 @@ impl State {
     }
 
     pub(super) fn evict_image(&mut self, block: u64) {
-        self.clean.remove(&block);
+        self.unmark_clean(block);
         if let Some(c) = self.images.remove(&block) {
             self.memory_bytes -= c.footprint();
         }

@@ -167,7 +167,7 @@ impl<A: BlockApp> Inner<A> {
             return Ok(f(&c.image[BLOCK_HEADER_LEN..]));
         }
         let budget = self.budget.load(Ordering::Relaxed);
-        let room = st.memory_bytes + img.len() <= budget;
+        let room = st.memory_bytes + img.len() <= budget && !self.images_over_share(&st);
         let img_lsn = self.apply_queued(&st, block, &mut img, lsn);
         let out = f(&img[BLOCK_HEADER_LEN..]);
         if room {

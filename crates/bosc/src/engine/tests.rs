@@ -36,6 +36,8 @@ fn counted_matches_footprints<A: BlockApp>(b: &Bosc<A>) {
         "the clean images are the images without pending"
     );
     assert_eq!(st.memory_bytes, groups + images + hot);
+    let clean_bytes: usize = clean.iter().map(|b| st.images[b].footprint()).sum();
+    assert_eq!(st.clean_bytes, clean_bytes, "the clean images' footprint");
     assert_eq!(st.hot_bytes, hot);
     assert_eq!(
         st.pending,
@@ -286,4 +288,81 @@ fn pending_updates_are_dense() {
     assert!(bytes_per_pending(12_000, 4_000, 1) <= 40.0);
     // One queued block per group, the worst case: still below the per-block queues.
     assert!(bytes_per_pending(4_000, 4_000, GROUP_BLOCKS) <= 115.0);
+}
+
+/// With `image_share`, images a query read are kept only within their share of the budget,
+/// and a clean image past it is dropped when modified: the modification queues with its
+/// bytes, and reads still see it.
+#[test]
+fn images_stay_within_their_share() {
+    let cfg = BoscConfig {
+        memory_budget_bytes: 64 << 10,
+        image_share: 0.1,
+        ..small_cfg()
+    };
+    let b = own_log_engine(cfg);
+    let each = 512 + super::memory::IMAGE_OVERHEAD;
+    let cap = (64 << 10) / 10 / each;
+    for block in 0..64 {
+        b.read(block).unwrap();
+    }
+    let images = lock(&b.inner.state).images.len();
+    assert!(
+        images <= cap + 1,
+        "{images} images kept, share allows {cap}"
+    );
+    assert!(images >= 1, "queries still cache while there is room");
+    counted_matches_footprints(&b);
+    // Every cached block modified: none of them stays as an image past the share.
+    let cached: Vec<u64> = lock(&b.inner.state).images.keys().copied().collect();
+    for &block in &cached {
+        b.modify(block, &[7, 7]).unwrap();
+    }
+    counted_matches_footprints(&b);
+    for &block in &cached {
+        assert_eq!(b.read(block).unwrap()[..2], [7, 7]);
+    }
+    b.commit_all().unwrap();
+    for &block in &cached {
+        assert_eq!(b.read(block).unwrap()[..2], [7, 7]);
+    }
+    counted_matches_footprints(&b);
+}
+
+/// With `sweep_above`, the background cycle leaves a few pending modifications queued (each
+/// commit then gathers many per block), and commits once they pass their share of the
+/// budget.
+#[test]
+fn the_sweep_waits_for_its_share_of_the_budget() {
+    let cfg = BoscConfig {
+        memory_budget_bytes: 64 << 10,
+        sweep_above: 0.5,
+        background: Some(std::time::Duration::from_millis(1)),
+        ..small_cfg()
+    };
+    let b = own_log_engine(cfg);
+    for block in 0..8 {
+        b.modify(block, &[1]).unwrap();
+    }
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    assert_eq!(
+        b.stats().blocks_written.load(Ordering::Relaxed),
+        0,
+        "a few modifications wait"
+    );
+    // Past half the budget, the sweep commits.
+    let mut i = 0u64;
+    while lock(&b.inner.state).pending_bytes() <= 32 << 10 {
+        b.modify(i % 64, &[2; 64]).unwrap();
+        i += 1;
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while b.stats().blocks_written.load(Ordering::Relaxed) == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the sweep did not run"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    counted_matches_footprints(&b);
 }

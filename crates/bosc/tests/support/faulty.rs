@@ -40,6 +40,8 @@ pub fn engine_cfg(blocks: u64, budget: usize) -> BoscConfig {
         // partial one, so crashes land in both and in stale slots an earlier batch left.
         dw_runs: 2,
         background: None,
+        sweep_above: 0.0,
+        image_share: 1.0,
     }
 }
 
