@@ -3,24 +3,30 @@
 # interleaved in one run, over fio's nbd engine. Two configurations of history:
 #   a) a window shorter than the log holds: expiry and roll-forward of the base run all along;
 #   b) a window longer than the log holds: history shrinks all along (shrink count > 0).
-# Each round, after WARM seconds of warm-up, measures SECS seconds of: durable 4 KiB random
-# writes at depth 32 (IOPS) and depth 1 (p50/p99 latency), and 1 MiB sequential writes at
-# depth 8 (MB/s); with history on it samples the index lag every second (p99), and reports
+# Each server, after WARM seconds of warm-up, is measured for SECS seconds in all: half of
+# them durable 4 KiB random writes at depth 32 (IOPS), a quarter at depth 1 (p50/p99
+# latency), a quarter 1 MiB sequential writes at depth 8 (MB/s); with history on it
+# samples the index lag every second (p99), and reports
 # the shrinks, the roll-forward MB/s and the server's CPU per write. Prints medians and the
 # on/off ratios; targets: (a) depth-32 IOPS >= 0.85x, (b) >= 0.75x; depth-1 p50 <= 1.1x,
-# p99 <= 1.5x; 1 MiB sequential >= 0.8x; index lag p99 <= 2 s.
-# Usage: bench/history-overhead.sh   env: SECS=600 WARM=30 ROUNDS=2 LOG_A=4GiB WINDOW_A=60s
-#        LOG_B=256MiB WINDOW_B=7d INDEX_MEMORY=4MiB VOLUME=8GiB
+# p99 <= 1.5x; 1 MiB sequential >= 0.8x; index lag p99 <= 2 s. Also prints the index's size
+# against its memory budget (the issue asks for >= 10x).
+# The defaults make both: (a)'s window and the half window expiry waits fit the log's 60 %
+# for history even while 1 MiB writes run at full speed (60 s at about 150 MB/s here, 9 GB
+# of 10.3), and 40 s of 4 KiB writes index ~400 k records (>= 10 MiB); (b)'s log holds
+# ~560 k records before it shrinks.
+# Usage: bench/history-overhead.sh   env: SECS=600 WARM=30 ROUNDS=1 LOG_A=16GiB WINDOW_A=40s
+#        LOG_B=4GiB WINDOW_B=7d INDEX_MEMORY=1MiB VOLUME=8GiB
 . "$(dirname "$0")/lib.sh"
 case ${1:-} in -h | --help) sed -n '2,/^\. /p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;; esac
 SECS=${SECS:-600}
 WARM=${WARM:-30}
-ROUNDS=${ROUNDS:-2}
-LOG_A=${LOG_A:-4GiB}
-WINDOW_A=${WINDOW_A:-60s}
-LOG_B=${LOG_B:-256MiB}
+ROUNDS=${ROUNDS:-1}
+LOG_A=${LOG_A:-16GiB}
+WINDOW_A=${WINDOW_A:-40s}
+LOG_B=${LOG_B:-4GiB}
 WINDOW_B=${WINDOW_B:-7d}
-INDEX_MEMORY=${INDEX_MEMORY:-4MiB}
+INDEX_MEMORY=${INDEX_MEMORY:-1MiB}
 VOLUME=${VOLUME:-8GiB}
 build_release
 D=$SCRATCH/history-overhead
@@ -57,16 +63,19 @@ run() {
   w0=$(metric mariner_log_records_total)
   rolled0=$(metric mariner_history_rolled_bytes_total)
   local t0; t0=$(date +%s.%N)
-  read -r iops32 _ _ < <(fio_nbd "$MURL" randwrite 4k 32 "$SECS")
+  local half=$((SECS / 2)) quarter=$((SECS / 4))
+  read -r iops32 _ _ < <(fio_nbd "$MURL" randwrite 4k 32 "$half")
   local lat1; lat1=$(fio --name=b --ioengine=nbd --uri="$MURL" --rw=randwrite --bs=4k --iodepth=1 \
-      --size=256M --runtime="$SECS" --time_based --output-format=json 2>/dev/null | sed -n '/^{/,$p' |
+      --size=256M --runtime="$quarter" --time_based --output-format=json 2>/dev/null | sed -n '/^{/,$p' |
     python3 -c 'import json,sys; p=json.load(sys.stdin)["jobs"][0]["write"]["clat_ns"]["percentile"]; print("%.1f %.1f" % (p["50.000000"]/1000, p["99.000000"]/1000))')
-  read -r seq_iops _ _ < <(fio_nbd "$MURL" write 1M 8 "$SECS")
+  read -r seq_iops _ _ < <(fio_nbd "$MURL" write 1M 8 "$quarter")
   local t1; t1=$(date +%s.%N)
   local cpu1 w1 rolled1 shrinks; cpu1=$(awk '{print $14+$15}' "/proc/$MPID/stat")
   w1=$(metric mariner_log_records_total)
   rolled1=$(metric mariner_history_rolled_bytes_total)
   shrinks=$(metric mariner_history_shrinks_total)
+  local ibytes; ibytes=$(metric mariner_history_index_bytes)
+  [ "$window" = off ] || echo "$label: index $(python3 -c "print('%.1f MiB, %.1fx its budget' % ($ibytes / 2**20, $ibytes / $(numfmt --from=iec-i "${INDEX_MEMORY%B}")))")" >&2
   kill "$sampler" 2>/dev/null || true; wait "$sampler" 2>/dev/null || true
   local lag99; lag99=$(sort -n "$lagfile" | awk '{a[NR]=$1} END {print (NR ? a[int(NR*0.99)>0?int(NR*0.99):1] : 0)}')
   stop_mariner

@@ -220,8 +220,8 @@ impl HistorySection {
         if self.min_window > self.window {
             return bad("min_window: at most the window");
         }
-        if self.index_memory.as_u64() < 4 << 20 {
-            return bad("index_memory: at least 4 MiB");
+        if self.index_memory.as_u64() < 1 << 20 {
+            return bad("index_memory: at least 1 MiB");
         }
         if self.index_size.as_u64() < 64 << 20 {
             return bad("index_size: at least 64 MiB");
