@@ -13,7 +13,8 @@ start_mariner() {
   rm -rf "$dir"; mkdir -p "$dir"
   "$MARINER" serve --data "$dir/data" --listen 127.0.0.1:0 "$@" 2>"$dir/serve.log" &
   MPID=$!
-  for _ in $(seq 1 600); do
+  # Up to 5 minutes: a new log is written with zeros first (tens of GiB take minutes).
+  for _ in $(seq 1 6000); do
     [ -f "$dir/data/ports.json" ] && break
     kill -0 $MPID 2>/dev/null || { cat "$dir/serve.log" >&2; return 1; }
     sleep 0.05
