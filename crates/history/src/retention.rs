@@ -37,13 +37,10 @@ const ROUND_RECORDS: u64 = 16_384;
 const PRESSURE: f64 = 0.6;
 /// Share of the log a shrink brings what history holds back to.
 const SHRINK_TO: f64 = 0.4;
-/// Expiry rolls forward at most this often (shrinking, whenever the log is pressed), or every
-/// half window when that is shorter (the log holds up to one and a half windows); a round behind by more than `ROUND_RECORDS`
-/// goes on at once. Each round writes every block it changes once and syncs the bases: the
-/// longer apart, the more overwrites of a block one write of the base stands for, and the
-/// fewer syncs beside the log's (a round a second wrote and synced the base at 0.9 device
-/// writes per 4 KiB record; ten seconds apart, at 0.2 under the same overwrites).
-const ROLL_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
+/// Expiry rolls forward at most this often (shrinking, whenever the log is pressed); a round
+/// held back by `ROUND_RECORDS` goes on at once. Rounds further apart (10 s) were measured
+/// and did not pay: the base took as many device writes per record, in larger bursts.
+const ROLL_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// When the next roll-forward for expiry can be due.
 #[derive(Debug, Default)]
@@ -74,9 +71,9 @@ impl Inner {
             // expiry come at most every ROLL_INTERVAL, so each syncs a batch of them.
             let due = lock(&self.roll_due);
             if due.next_wall > now
-                || due.last.is_some_and(|t| {
-                    self.clock.now().saturating_duration_since(t) < self.roll_interval()
-                })
+                || due
+                    .last
+                    .is_some_and(|t| self.clock.now().saturating_duration_since(t) < ROLL_INTERVAL)
             {
                 return Ok(());
             }
@@ -205,16 +202,6 @@ impl Inner {
         let caught_up = entries.len() < ROUND_RECORDS as usize;
         lock(&self.roll_due).last = caught_up.then(|| self.clock.now());
         self.roll_forward(&entries, &targets, pins)
-    }
-
-    /// How often expiry rolls forward: `ROLL_INTERVAL`, or half the shortest window.
-    fn roll_interval(&self) -> std::time::Duration {
-        let shortest = lock(&self.windows)
-            .values()
-            .flatten()
-            .copied()
-            .fold(self.cfg.window, std::time::Duration::min);
-        ROLL_INTERVAL.min(shortest / 2)
     }
 
     /// The window of `volume` (its own, or the configured one).
