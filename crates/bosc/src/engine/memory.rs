@@ -261,6 +261,17 @@ impl<A: BlockApp> Inner<A> {
         Ok(())
     }
 
+    /// Whether the cached images hold more than their share of the budget
+    /// ([`crate::BoscConfig::image_share`]); never under the default share.
+    pub(super) fn images_over_share(&self, st: &State) -> bool {
+        if self.cfg.image_share >= 1.0 {
+            return false;
+        }
+        let cap = self.budget.load(Ordering::Relaxed) as f64 * self.cfg.image_share;
+        let each = self.geo.block_bytes as usize + IMAGE_OVERHEAD;
+        (st.images.len() * each) as f64 > cap
+    }
+
     pub(super) fn evict_clean(&self, budget: usize) {
         let mut st = lock(&self.state);
         while st.queue_bytes() > budget {

@@ -12,7 +12,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use mariner_log::Entry;
 
-use super::memory::{State, IMAGE_OVERHEAD};
+use super::memory::State;
 use super::pending::Entry as Queued;
 use super::{apply_op, lock, BlockApp, Change, Inner};
 use crate::format::{seal_block, LoggedMod, Op, BLOCK_HEADER_LEN};
@@ -200,7 +200,7 @@ impl<A: BlockApp> Inner<A> {
 
     pub(super) fn enqueue(&self, st: &mut State, block: u64, seq: u64, op: Op, bytes: Vec<u8>) {
         self.stats.modifications.fetch_add(1, Ordering::Relaxed);
-        if op != Op::Write && st.clean.contains(&block) && self.images_over_share(st) {
+        if op != Op::Write && self.images_over_share(st) && st.clean.contains(&block) {
             // Modified, the image would stay until committed: past its share of the budget
             // the modification queues instead, where it takes a few dozen bytes.
             st.evict_image(block);
@@ -234,13 +234,5 @@ impl<A: BlockApp> Inner<A> {
         if applied {
             self.stats.applied_in_memory.fetch_add(1, Ordering::Relaxed);
         }
-    }
-
-    /// Whether the cached images hold more than their share of the budget
-    /// ([`crate::BoscConfig::image_share`]).
-    pub(super) fn images_over_share(&self, st: &State) -> bool {
-        let cap = self.budget.load(Ordering::Relaxed) as f64 * self.cfg.image_share;
-        let each = self.geo.block_bytes as usize + IMAGE_OVERHEAD;
-        (st.images.len() * each) as f64 > cap
     }
 }
