@@ -5,12 +5,16 @@
 //! every block then equals what its modifications, in order, make of it — before and after a
 //! reopen that replays the own log.
 
+#[path = "support/faulty.rs"]
+mod faulty;
+
 use std::sync::Arc;
 use std::time::Duration;
 
+use faulty::log_cfg;
 use mariner_bosc::{BlockApp, Bosc, BoscConfig, Durability};
 use mariner_disk::{Disk, MemDisk};
-use mariner_log::{Log, LogConfig};
+use mariner_log::Log;
 
 /// Payload = u64 counters; a modification folds `value` into counter `slot` (slot u16, value
 /// u64) as `old * 31 + value`: applied twice, skipped or reordered, a counter comes out wrong.
@@ -40,14 +44,6 @@ fn cfg() -> BoscConfig {
         image_share: 0.1,
         runs_per_cycle: 4,
         ..BoscConfig::default()
-    }
-}
-
-fn log_cfg() -> LogConfig {
-    LogConfig {
-        segment_bytes: 64 * 1024,
-        t_wait_ns: 0,
-        ..LogConfig::default()
     }
 }
 
