@@ -198,9 +198,9 @@ impl Inner {
         if targets.is_empty() {
             return Ok(());
         }
-        // A round cut short by its size leaves the next free to start at once.
-        let caught_up = entries.len() < ROUND_RECORDS as usize;
-        lock(&self.roll_due).last = caught_up.then(|| self.clock.now());
+        // A round cut short by its size (records indexed past `through`) leaves the next
+        // free to start at once.
+        lock(&self.roll_due).last = (through >= indexed).then(|| self.clock.now());
         self.roll_forward(&entries, &targets, pins)
     }
 
