@@ -81,6 +81,8 @@ pub(super) struct State {
     /// ([`Submitted`]). A commit writes no block in place before every modification merged
     /// into it is durable ([`State::durable_through`]): the write-ahead rule.
     pub(super) undurable: BTreeSet<u64>,
+    /// Bytes of the own log those bursts take (see [`Inner::make_log_room`]).
+    pub(super) logging_bytes: u64,
     pub(super) max_seen: u64,
     pub(super) memory_bytes: usize,
     pub(super) cursor: u64,

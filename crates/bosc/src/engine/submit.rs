@@ -10,13 +10,26 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use bytes::Bytes;
-use mariner_log::Entry;
+use mariner_log::{Entry, Log};
 
 use super::memory::State;
 use super::pending::Entry as Queued;
 use super::{apply_op, lock, BlockApp, Change, Inner};
-use crate::format::{seal_block, LoggedMod, Op, BLOCK_HEADER_LEN};
+use crate::format::{seal_block, LoggedMod, Op, BLOCK_HEADER_LEN, RECORD_PREFIX_LEN};
 use crate::Error;
+
+/// A submission takes at most this share (1/N) of the own log per burst.
+const BURST_SHARE: u64 = 8;
+
+/// Bytes of the own log a change's record takes (header and payload; a batch's padding aside).
+fn record_bytes(c: &Change) -> u64 {
+    (mariner_log::RECORD_HEADER_LEN + RECORD_PREFIX_LEN + c.bytes.len()) as u64
+}
+
+/// The own log's size in bytes, over all its devices.
+fn log_capacity(log: &Log) -> u64 {
+    log.stats().segments_total.load(Ordering::Relaxed) * log.superblock().segment_bytes
+}
 
 /// An own-log burst logged and queued ([`Inner::submit`]), not yet known durable. Waiting
 /// for it (or dropping it, which waits too) takes it out of `State::undurable`.
@@ -26,6 +39,10 @@ pub(crate) struct Submitted<'a, A: BlockApp> {
     /// The burst's first sequence number; `None` once waited for (or for no changes).
     first: Option<u64>,
     futures: Vec<mariner_log::AppendFuture>,
+    /// Bytes of the own log it takes (in `State::logging_bytes` until waited for).
+    log_bytes: u64,
+    /// Sequence numbers of the submission's earlier bursts, durable already.
+    done: Vec<u64>,
 }
 
 impl<A: BlockApp> Submitted<'_, A> {
@@ -36,7 +53,7 @@ impl<A: BlockApp> Submitted<'_, A> {
 
     pub(super) fn finish(&mut self) -> Result<Vec<u64>, Error> {
         let Some(first) = self.first.take() else {
-            return Ok(Vec::new());
+            return Ok(std::mem::take(&mut self.done));
         };
         let waited = Instant::now();
         let n = self.futures.len() as u64;
@@ -55,11 +72,19 @@ impl<A: BlockApp> Submitted<'_, A> {
         inner.stats.log_wait_ns.fetch_add(ns, Ordering::Relaxed);
         // Queued but lost by the log: nothing may commit them, nor anything after them.
         let failed = first_error.map(|e| inner.fail(e));
-        lock(&inner.state).undurable.remove(&first);
+        {
+            let mut st = lock(&inner.state);
+            st.undurable.remove(&first);
+            st.logging_bytes = st.logging_bytes.saturating_sub(self.log_bytes);
+        }
         inner.durable.notify_all();
         match failed {
             Some(e) => Err(e),
-            None => Ok((first..first + n).collect()),
+            None => {
+                let mut seqs = std::mem::take(&mut self.done);
+                seqs.extend(first..first + n);
+                Ok(seqs)
+            }
         }
     }
 }
@@ -94,25 +119,65 @@ impl<A: BlockApp> Inner<A> {
             .ok_or_else(|| Error::Failed("log returned no sequence number".into()))
     }
 
-    /// Hands `changes` to the log as one burst and queues them, in one critical section, so
+    /// Hands `changes` to the log and queues them, in one critical section per burst, so
     /// each block's queue is in sequence order whoever appends; their durability is the
     /// answer's to wait for. Forced commits happen here, before the append.
+    ///
+    /// A submission larger than [`BURST_SHARE`] of the own log goes in several bursts, each
+    /// durable before the next is logged, and each logged only once the log has room for it
+    /// ([`Self::make_log_room`]): a commit waits for the durability of what it merges, and a
+    /// burst the log had no room for would wait for the space that commit's checkpoint
+    /// releases — a burst twice the own log hung history's index that way.
     pub(super) fn submit(&self, changes: Vec<Change>) -> Result<Submitted<'_, A>, Error> {
-        let Some((log, volume)) = &self.log else {
+        let Some((log, _)) = &self.log else {
             return Err(Error::WrongMode);
         };
         for c in &changes {
             self.check_block_no(c.block)?;
         }
+        let cap = log_capacity(log) / BURST_SHARE;
+        let mut rest = changes;
+        let mut done = Vec::new();
+        loop {
+            let mut bytes = 0;
+            let n = rest
+                .iter()
+                .take_while(|c| {
+                    bytes += record_bytes(c);
+                    bytes <= cap
+                })
+                .count()
+                .max(1)
+                .min(rest.len());
+            let tail = rest.split_off(n);
+            let mut burst = self.submit_burst(rest)?;
+            if tail.is_empty() {
+                burst.done = done;
+                return Ok(burst);
+            }
+            done.extend(burst.wait()?);
+            rest = tail;
+        }
+    }
+
+    /// Logs and queues one burst that fits the own log (see [`Self::submit`]).
+    fn submit_burst(&self, changes: Vec<Change>) -> Result<Submitted<'_, A>, Error> {
+        let Some((log, volume)) = &self.log else {
+            return Err(Error::WrongMode);
+        };
         let mut sub = Submitted {
             inner: self,
             first: None,
             futures: Vec::new(),
+            log_bytes: 0,
+            done: Vec::new(),
         };
         if changes.is_empty() {
             return Ok(sub);
         }
+        let log_bytes: u64 = changes.iter().map(record_bytes).sum();
         self.make_room()?;
+        self.make_log_room(log, log_bytes)?;
         let mut st = lock(&self.state);
         let gf = st.global_frontier();
         let entries = changes
@@ -136,9 +201,44 @@ impl<A: BlockApp> Inner<A> {
         }
         st.max_seen = st.max_seen.max(first + n - 1);
         st.undurable.insert(first);
+        st.logging_bytes += log_bytes;
         sub.first = Some(first);
         sub.futures = burst.futures;
+        sub.log_bytes = log_bytes;
         Ok(sub)
+    }
+
+    /// Commits until the own log has room for `bytes` more beside the bursts still being
+    /// logged: the checkpoint after each commit releases the log behind it. Gives up (and
+    /// lets the append wait for the log) only once nothing is left to commit.
+    fn make_log_room(&self, log: &Log, bytes: u64) -> Result<(), Error> {
+        let segment = log.superblock().segment_bytes;
+        let started = Instant::now();
+        let mut forced = false;
+        loop {
+            let s = log.stats();
+            let free = s
+                .segments_total
+                .load(Ordering::Relaxed)
+                .saturating_sub(s.segments_used.load(Ordering::Relaxed))
+                .saturating_sub(1)
+                .saturating_mul(segment);
+            let (logging, pending) = {
+                let st = lock(&self.state);
+                (st.logging_bytes, !st.groups.is_empty())
+            };
+            if free >= bytes + logging || !pending {
+                break;
+            }
+            forced = true;
+            self.commit_cycle()?;
+        }
+        if forced {
+            self.stats.forced_commits.fetch_add(1, Ordering::Relaxed);
+            let ns = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            self.stats.forced_wait_ns.fetch_add(ns, Ordering::Relaxed);
+        }
+        Ok(())
     }
 
     pub(super) fn load(&self, first: u64, payloads: &[u8]) -> Result<(), Error> {
