@@ -212,9 +212,18 @@ fn history_status(node: &Node) -> serde_json::Value {
     })
 }
 
+/// Rendered off the async threads: some figures take a component's lock (history's index
+/// router, held through an index batch's log write), and a scrape waiting there on a runtime
+/// worker would stall the volumes' I/O on that worker.
 async fn metrics(State(node): State<Arc<Node>>) -> Response {
-    let body = crate::metrics::render(&node);
-    ([("content-type", "text/plain; version=0.0.4")], body).into_response()
+    match tokio::task::spawn_blocking(move || crate::metrics::render(&node)).await {
+        Ok(body) => ([("content-type", "text/plain; version=0.0.4")], body).into_response(),
+        Err(e) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("rendering the metrics failed: {e}\n"),
+        )
+            .into_response(),
+    }
 }
 
 async fn not_found() -> Response {
