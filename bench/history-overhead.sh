@@ -11,11 +11,11 @@
 # on/off ratios; targets: (a) depth-32 IOPS >= 0.85x, (b) >= 0.75x; depth-1 p50 <= 1.1x,
 # p99 <= 1.5x; 1 MiB sequential >= 0.8x; index lag p99 <= 2 s. Also prints the index's size
 # against its memory budget (the issue asks for >= 10x).
-# The defaults make both: (a)'s window fits the log's 60 % for history even while 1 MiB
-# writes run at full speed (40 s at about 150 MB/s here, 6 GB of 10.3), and 40 s of 4 KiB
-# writes index ~400 k records (>= 10 MiB); (b)'s log holds ~560 k records before it
-# shrinks.
-# Usage: bench/history-overhead.sh   env: SECS=600 WARM=30 ROUNDS=1 LOG_A=16GiB WINDOW_A=40s
+# The defaults make both: (a)'s window and the 5 s between expiry rounds fit the log's 60 %
+# for history even while 1 MiB writes run at full speed (15 s at ~600 MB/s here, 9 GB of
+# 10.3; a 20 s window shrank 30 times), and 15 s of 4 KiB writes at ~30 k/s index ~450 k
+# records (~25x the budget); (b)'s log holds ~560 k records before it shrinks.
+# Usage: bench/history-overhead.sh   env: SECS=600 WARM=30 ROUNDS=1 LOG_A=16GiB WINDOW_A=10s
 #        LOG_B=4GiB WINDOW_B=7d INDEX_MEMORY=1MiB VOLUME=8GiB
 . "$(dirname "$0")/lib.sh"
 case ${1:-} in -h | --help) sed -n '2,/^\. /p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;; esac
@@ -23,7 +23,7 @@ SECS=${SECS:-600}
 WARM=${WARM:-30}
 ROUNDS=${ROUNDS:-1}
 LOG_A=${LOG_A:-16GiB}
-WINDOW_A=${WINDOW_A:-40s}
+WINDOW_A=${WINDOW_A:-10s}
 LOG_B=${LOG_B:-4GiB}
 WINDOW_B=${WINDOW_B:-7d}
 INDEX_MEMORY=${INDEX_MEMORY:-1MiB}

@@ -22,6 +22,7 @@
 #   BUDGET_MIB=32 SLACK_MIB=64 PRELOAD=12000000 OPS=1000000000 WINDOW=60 SYNC_EVERY=1000
 #   QUERIES=2000 RANGE_LEN=100 SEED=1 RUN_KIB=256 BLOCK_BYTES=4096 BTREE_BLOCK_BYTES=8192
 #   LOG_PARTS=1 COMMIT_QUEUED=1 ENGINES="bosc-btree redb fjall bosc-hash plain-hash"
+#   DROP_CACHES=0 (1: drop the page cache before each reopen; root)
 #   SCRATCH=/var/tmp/mariner-index-bench IN_MEMCG=<checkout>/../shared/tools/in-memcg
 #   LIMIT_MIB_fjall=256 (per-engine cgroup limit, '-' as '_': for an engine that cannot run at
 #   BUDGET + SLACK at all; the table marks it)
@@ -58,6 +59,8 @@ LOG_PARTS=${LOG_PARTS:-1}
 COMMIT_QUEUED=${COMMIT_QUEUED:-1}
 ENGINES=${ENGINES:-"bosc-btree redb fjall bosc-hash plain-hash"}
 SCRATCH=${SCRATCH:-/var/tmp/mariner-index-bench}
+# 1: the page cache is dropped before each reopen (issue 18's reopen target; needs root).
+DROP_CACHES=${DROP_CACHES:-0}
 REOPEN_LIMIT=${REOPEN_LIMIT:-1G}
 LIMIT_MIB=$((BUDGET_MIB + SLACK_MIB))
 
@@ -104,6 +107,10 @@ for e in $ENGINES; do
   "$IN_MEMCG" "${limit}M" "$BIN" "${args[@]}" >"$OUT/$e.json" 2>"$OUT/$e.err" || rc=$?
   [ $rc = 0 ] || echo "  $e: run failed (exit $rc; 137 = OOM-killed): $(tail -2 "$OUT/$e.err" | tr '\n' ' ')"
   if [ $rc = 0 ]; then
+    if [ "$DROP_CACHES" = 1 ]; then
+      sync; echo 3 >/proc/sys/vm/drop_caches || { echo "DROP_CACHES=1 needs root" >&2; exit 2; }
+      echo "+ sync; echo 3 > /proc/sys/vm/drop_caches" >>"$OUT/commands.txt"
+    fi
     echo "+ $IN_MEMCG ${limit}M $BIN ${args[*]} --reopen-only" | tee -a "$OUT/commands.txt"
     rc=0
     "$IN_MEMCG" "${limit}M" "$BIN" "${args[@]}" --reopen-only >"$OUT/$e.reopen.json" \
