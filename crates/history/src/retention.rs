@@ -41,10 +41,10 @@ const SHRINK_TO: f64 = 0.4;
 /// Expiry rolls forward at most this often (shrinking, whenever the log is pressed); a round
 /// cut short by `ROUND_RECORDS` goes on at once. A round writes each block once, its newest
 /// version, so the base's writes per record fall with the records per round wherever blocks
-/// are overwritten: 4 KiB random writes over 256 MiB at ~29 k/s wrote 3.9 KiB of base per
-/// record in rounds a second apart (16,384 records at most), 1.65 KiB in rounds 5 s apart
-/// (262,144 at most), and went from 0.87x to 0.91x of the IOPS without history
-/// (docs/benchmarks.md). The log holds that much longer than the window, nothing else.
+/// are overwritten: 4 KiB random writes over 256 MiB at ~30 k/s wrote 3.9 KiB of base per
+/// record in rounds a second apart (16,384 records at most; 0.84x the IOPS without history),
+/// 2.56 KiB in rounds 5 s apart (131,072 at most; 0.89x) (docs/benchmarks.md). The log holds
+/// that much longer than the window, nothing else.
 const ROLL_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// When the next roll-forward for expiry can be due.

@@ -256,11 +256,16 @@ impl<A: BlockApp> Inner<A> {
             self.evict_clean(budget);
         }
         if forced {
-            self.stats.forced_commits.fetch_add(1, Ordering::Relaxed);
-            let ns = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
-            self.stats.forced_wait_ns.fetch_add(ns, Ordering::Relaxed);
+            self.note_forced(started);
         }
         Ok(())
+    }
+
+    /// Counts a forced commit (for memory or for the own log's room) and the time it took.
+    pub(super) fn note_forced(&self, started: Instant) {
+        self.stats.forced_commits.fetch_add(1, Ordering::Relaxed);
+        let ns = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.stats.forced_wait_ns.fetch_add(ns, Ordering::Relaxed);
     }
 
     /// Whether the cached images hold more than their share of the budget

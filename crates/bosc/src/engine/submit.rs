@@ -129,7 +129,7 @@ impl<A: BlockApp> Inner<A> {
     /// burst the log had no room for would wait for the space that commit's checkpoint
     /// releases — a burst twice the own log hung history's index that way.
     pub(super) fn submit(&self, changes: Vec<Change>) -> Result<Submitted<'_, A>, Error> {
-        let Some((log, _)) = &self.log else {
+        let Some((log, volume)) = &self.log else {
             return Err(Error::WrongMode);
         };
         for c in &changes {
@@ -150,7 +150,7 @@ impl<A: BlockApp> Inner<A> {
                 .max(1)
                 .min(rest.len());
             let tail = rest.split_off(n);
-            let mut burst = self.submit_burst(rest)?;
+            let mut burst = self.submit_burst(log, *volume, rest)?;
             if tail.is_empty() {
                 burst.done = done;
                 return Ok(burst);
@@ -161,10 +161,12 @@ impl<A: BlockApp> Inner<A> {
     }
 
     /// Logs and queues one burst that fits the own log (see [`Self::submit`]).
-    fn submit_burst(&self, changes: Vec<Change>) -> Result<Submitted<'_, A>, Error> {
-        let Some((log, volume)) = &self.log else {
-            return Err(Error::WrongMode);
-        };
+    fn submit_burst(
+        &self,
+        log: &Log,
+        volume: u32,
+        changes: Vec<Change>,
+    ) -> Result<Submitted<'_, A>, Error> {
         let mut sub = Submitted {
             inner: self,
             first: None,
@@ -185,7 +187,7 @@ impl<A: BlockApp> Inner<A> {
             .map(|c| {
                 let lf = st.local_frontier(c.block);
                 let payload = LoggedMod::encode(c.op, gf, lf, &c.bytes);
-                Entry::write(*volume, c.block, Bytes::from(payload))
+                Entry::write(volume, c.block, Bytes::from(payload))
             })
             .collect();
         let burst = log.append_many(entries)?;
@@ -234,9 +236,7 @@ impl<A: BlockApp> Inner<A> {
             self.commit_cycle()?;
         }
         if forced {
-            self.stats.forced_commits.fetch_add(1, Ordering::Relaxed);
-            let ns = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
-            self.stats.forced_wait_ns.fetch_add(ns, Ordering::Relaxed);
+            self.note_forced(started);
         }
         Ok(())
     }
