@@ -31,6 +31,7 @@ pub mod pieces;
 mod pins;
 mod read;
 mod retention;
+mod roll;
 mod rollback;
 pub mod rollback_file;
 mod seed;

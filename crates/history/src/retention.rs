@@ -10,7 +10,8 @@
 //! 1. the readers' floor rises to the target (reads as of earlier instants now fail; reads in
 //!    flight finish first, since they hold the views' lock), and the state saves the target
 //!    as `rolling` — from here the base may hold any mix of the records up to it;
-//! 2. the records are applied to the bases in sequence order and the bases synced;
+//! 2. the records are applied to the bases (`roll.rs`: each byte from the newest record
+//!    covering it, which gives the image applying them in order gives) and the bases synced;
 //! 3. the state saves the base at the target, then the log is released behind it.
 //!
 //! An open that finds `rolling` set applies the records up to it again before anything is
@@ -22,11 +23,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::{MutexGuard, PoisonError};
+use std::sync::MutexGuard;
 
-use mariner_log::{HoldKind, RecordKind};
+use mariner_log::HoldKind;
 
-use crate::engine::{base_name, io_err, lock, Inner};
+use crate::engine::{lock, Inner};
 use crate::pins::Pins;
 use crate::state::FLAG_BROKEN;
 use crate::{DigestEntry, HistoryError};
@@ -408,167 +409,6 @@ impl Inner {
         Ok(())
     }
 
-    /// Applies `entries` to the bases of the volumes rolling past them, syncs, and saves the
-    /// bases at their targets.
-    fn apply_rolling(&self, entries: &[DigestEntry]) -> Result<(), HistoryError> {
-        let log = self
-            .log
-            .get()
-            .ok_or_else(|| HistoryError::Config("history is not started".into()))?;
-        let rolling: BTreeMap<u32, (u64, u64)> = lock(&self.state)
-            .volumes
-            .iter()
-            .filter(|(_, v)| v.rolling_seq > v.base_seq && v.flags & FLAG_BROKEN == 0)
-            .map(|(&id, v)| (id, (v.base_seq, v.rolling_seq)))
-            .collect();
-        let bases = lock(&self.bases).clone();
-        let mut lost = Vec::new();
-        let mut gone = Vec::new();
-        // Per volume, what each byte of the round ends up as: the newest record covering it.
-        // Applied in volume order — one ascending sweep of each base, overwritten bytes
-        // written once — which gives the same image as applying the records in order.
-        let mut plans: BTreeMap<u32, Overlay> = BTreeMap::new();
-        for (i, e) in entries.iter().enumerate() {
-            let Some(&(after, through)) = rolling.get(&e.volume) else {
-                continue;
-            };
-            if e.seq <= after || e.seq > through {
-                continue;
-            }
-            if e.kind == RecordKind::VolumeDeleted {
-                // Its whole history has left the window.
-                gone.push(e.volume);
-                continue;
-            }
-            if e.kind.changes_data() && e.length > 0 {
-                let end = e.offset + u64::from(e.length);
-                plans.entry(e.volume).or_default().put(e.offset, end, i);
-            }
-        }
-        let mut bytes = 0u64;
-        // Where an apply's time goes (reading the log, writing, syncing the bases).
-        let mut spent = [std::time::Duration::ZERO; 3];
-        let mut writes = 0u64;
-        for (id, plan) in &plans {
-            let Some(disk) = bases.get(id) else {
-                continue;
-            };
-            let io = io_err(self.files.as_ref(), &base_name(*id));
-            let mut len = disk.len().map_err(&io)?;
-            let mut cached: Option<(usize, Vec<u8>)> = None;
-            for (&start, &(end, i)) in &plan.0 {
-                let e = &entries[i];
-                if end > len {
-                    disk.set_len(end).map_err(&io)?;
-                    len = end;
-                }
-                if e.kind != RecordKind::Write {
-                    disk.punch_hole(start, end - start).map_err(&io)?;
-                    continue;
-                }
-                if cached.as_ref().is_none_or(|(c, _)| *c != i) {
-                    let t = std::time::Instant::now();
-                    let got = log.read(e.addr, e.seq);
-                    spent[0] += t.elapsed();
-                    match got {
-                        Ok((_, payload)) => cached = Some((i, payload)),
-                        // Reused: a record in its place (Gone), or the middle of one (a
-                        // header that does not decode). Either way the log let it go — it was
-                        // cut while history was down — and the base cannot have it.
-                        Err(
-                            mariner_log::LogError::Gone { .. }
-                            | mariner_log::LogError::Corrupt { .. },
-                        ) => {
-                            lost.push(*id);
-                            break;
-                        }
-                        Err(err) => return Err(err.into()),
-                    }
-                }
-                let payload = cached
-                    .as_ref()
-                    .map(|(_, p)| p.as_slice())
-                    .unwrap_or_default();
-                let from = (start - e.offset) as usize;
-                let to = (end - e.offset) as usize;
-                let part = payload.get(from..to).ok_or_else(|| HistoryError::Corrupt {
-                    path: self.files.path(&base_name(*id)),
-                    at: start,
-                    why: format!("record {} is shorter than its extent", e.seq),
-                })?;
-                let t = std::time::Instant::now();
-                disk.write_at(part, start).map_err(&io)?;
-                spent[1] += t.elapsed();
-                writes += 1;
-                bytes += part.len() as u64;
-            }
-            let t = std::time::Instant::now();
-            disk.sync().map_err(&io)?;
-            spent[2] += t.elapsed();
-        }
-        tracing::debug!(
-            read_ms = spent[0].as_millis(),
-            write_ms = spent[1].as_millis(),
-            sync_ms = spent[2].as_millis(),
-            writes,
-            bytes,
-            "history applied records to the base images"
-        );
-        {
-            let mut st = lock(&self.state);
-            for (id, v) in st.volumes.iter_mut() {
-                if !rolling.contains_key(id) {
-                    continue;
-                }
-                if lost.contains(id) {
-                    v.flags |= FLAG_BROKEN;
-                }
-                v.base_seq = v.rolling_seq;
-                v.base_vseq = v.rolling_vseq;
-                v.base_ts = v.rolling_ts;
-                v.rolling_seq = 0;
-                v.rolling_vseq = 0;
-                v.rolling_ts = 0;
-            }
-            if !lost.is_empty() {
-                // The log cut this round's records while it ran (`check_cut` leaves a
-                // volume rolling past the cut to this round): counted and said like any cut.
-                self.stats.cuts.fetch_add(1, Relaxed);
-                tracing::warn!(
-                    volumes = ?lost,
-                    "the log filled faster than history's base images rolled forward: their \
-                     history is lost until it is seeded again"
-                );
-            }
-            for id in &gone {
-                st.volumes.remove(id);
-            }
-        }
-        for id in &gone {
-            lock(&self.bases).remove(id);
-            self.views
-                .write()
-                .unwrap_or_else(PoisonError::into_inner)
-                .remove(id);
-        }
-        self.stats
-            .rolled_records
-            .fetch_add(entries.len() as u64, Relaxed);
-        self.stats.rolled_bytes.fetch_add(bytes, Relaxed);
-        // Readers move to the new base only once it is durable, and before the log is
-        // released (in `save`): a read that chose a log version waits for nothing after this.
-        self.note_views();
-        self.save(true)?;
-        // The deleted volumes' bases go once the state no longer names them.
-        for id in gone {
-            let name = base_name(id);
-            self.files
-                .remove(&name)
-                .map_err(io_err(self.files.as_ref(), &name))?;
-        }
-        Ok(())
-    }
-
     /// At start: a roll-forward a crash interrupted is applied again, whole.
     pub(crate) fn finish_roll_forward(&self) -> Result<(), HistoryError> {
         let range = {
@@ -614,38 +454,9 @@ fn nanos(d: std::time::Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
-/// Byte ranges of a volume, each to be written from one record: putting a range cuts what
-/// it overlaps, so the newest put wins every byte.
-#[derive(Debug, Default)]
-struct Overlay(BTreeMap<u64, (u64, usize)>);
-
-impl Overlay {
-    fn put(&mut self, start: u64, end: u64, record: usize) {
-        // A range starting before `start` that reaches into it keeps its head (and its tail
-        // past `end`, if it reaches that far).
-        if let Some((&s, &(e, r))) = self.0.range(..start).next_back() {
-            if e > start {
-                self.0.insert(s, (start, r));
-                if e > end {
-                    self.0.insert(end, (e, r));
-                }
-            }
-        }
-        let inside: Vec<u64> = self.0.range(start..end).map(|(&s, _)| s).collect();
-        for s in inside {
-            if let Some((e, r)) = self.0.remove(&s) {
-                if e > end {
-                    self.0.insert(end, (e, r));
-                }
-            }
-        }
-        self.0.insert(start, (end, record));
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use super::{excess_share, Overlay};
+    use super::excess_share;
 
     /// What a shrink leaves history of the log: 40 % when pressed at 60 %, less the further
     /// past it, never under 20 %; nothing when it holds nothing.
@@ -659,36 +470,5 @@ mod tests {
         assert_eq!(excess_share(30.0, 100.0), 0.0);
         assert_eq!(excess_share(0.0, 100.0), 0.0);
         assert_eq!(excess_share(10.0, 0.0), 0.0);
-    }
-
-    /// The overlay gives every byte the newest record that covered it.
-    #[test]
-    fn the_newest_put_wins_every_byte() {
-        let mut x = 7u64;
-        for _ in 0..200 {
-            let mut o = Overlay::default();
-            let mut model = vec![None; 64];
-            for r in 0..12 {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                let s = x % 64;
-                let e = (s + 1 + (x >> 8) % 20).min(64);
-                o.put(s, e, r);
-                for b in &mut model[s as usize..e as usize] {
-                    *b = Some(r);
-                }
-            }
-            let mut got = vec![None; 64];
-            let mut last_end = 0;
-            for (&s, &(e, r)) in &o.0 {
-                assert!(s >= last_end && e > s, "ranges overlap or are empty");
-                last_end = e;
-                for b in &mut got[s as usize..e as usize] {
-                    *b = Some(r);
-                }
-            }
-            assert_eq!(got, model);
-        }
     }
 }

@@ -370,7 +370,9 @@ impl Writer {
         reply: Reply,
         arrived: Instant,
     ) -> Vec<Action> {
-        let Some((seq, bytes)) = self.enter(entry, seq, reply, arrived, self.clock.wall_ns())
+        let failed = self.failed();
+        let wall = self.clock.wall_ns();
+        let Some((seq, bytes)) = self.enter(entry, seq, reply, arrived, wall, failed.as_deref())
         else {
             return Vec::new();
         };
@@ -390,8 +392,11 @@ impl Writer {
         // entries' allocation and be moved again to shrink it (a realloc of the whole batch).
         let mut reqs = Vec::with_capacity(entries.len());
         let wall = self.clock.wall_ns();
+        // Read once per burst: the lock is shared with the device threads, and taking it per
+        // record was a contended cache line on every append.
+        let failed = self.failed();
         for (entry, reply) in entries {
-            reqs.extend(self.enter(entry, None, reply, arrived, wall));
+            reqs.extend(self.enter(entry, None, reply, arrived, wall, failed.as_deref()));
         }
         let Some(&(first, _)) = reqs.first() else {
             return (Vec::new(), None);
@@ -405,7 +410,8 @@ impl Writer {
     /// returns (seq, bytes) for the policy, or `None` when the log has failed (the waiter is
     /// told).
     /// `wall`: the time now ([`Clock::wall_ns`]), read once per burst; the record's timestamp is
-    /// the later of it and one past the previous record's.
+    /// the later of it and one past the previous record's. `failed`: [`Writer::failed`], read
+    /// once per burst by the caller.
     fn enter(
         &mut self,
         entry: Entry,
@@ -413,9 +419,10 @@ impl Writer {
         reply: Reply,
         arrived: Instant,
         wall: u64,
+        failed: Option<&str>,
     ) -> Option<(u64, u64)> {
-        if let Some(why) = self.failed() {
-            let _ = reply.send(Err(LogError::Failed(why)));
+        if let Some(why) = failed {
+            let _ = reply.send(Err(LogError::Failed(why.to_owned())));
             return None;
         }
         let seq = seq.unwrap_or_else(|| {

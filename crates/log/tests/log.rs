@@ -234,6 +234,63 @@ fn records_that_follow_each_other_come_back_with_one_read() {
     ));
 }
 
+/// Records read together by their addresses, skipping what lies between: each comes back
+/// verified on its own, a reused or damaged one with its own error beside the good ones, and
+/// a list out of order or wider than one read is refused.
+#[test]
+fn nearby_records_come_back_with_one_read_each_verified_alone() {
+    let devs: Vec<Arc<dyn Disk>> = vec![Arc::new(MemDisk::new(1 << 20))];
+    Log::format(&devs, &cfg(), LOG_ID).unwrap();
+    let (log, _) = open(&devs, 0).unwrap();
+    let sizes = [4096usize, 512, 8192, 1024, 2048];
+    let acked: Vec<_> = sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &len)| append_sync(&log, Entry::write(1, 0, payload(i as u64, len))).unwrap())
+        .collect();
+    // The first, third and fifth, not what lies between.
+    let pick = [0usize, 2, 4];
+    let mut asked: Vec<_> = pick
+        .iter()
+        .map(|&i| (acked[i].addr, acked[i].seq, sizes[i] as u32))
+        .collect();
+    let mut buf = Vec::new();
+    let got = log.read_near(&asked, &mut buf).unwrap();
+    assert_eq!(got.len(), pick.len());
+    for (r, &i) in got.iter().zip(&pick) {
+        let (header, range) = r.as_ref().unwrap();
+        assert_eq!(header.seq, acked[i].seq);
+        assert_eq!(&buf[range.clone()], &payload(i as u64, sizes[i])[..]);
+    }
+    // A wrong sequence number (the space reused) and a wrong length fail that record only.
+    asked[1].1 += 100;
+    asked[2].2 += 1;
+    let got = log.read_near(&asked, &mut buf).unwrap();
+    assert!(got[0].is_ok());
+    assert!(matches!(got[1], Err(LogError::Gone { .. })));
+    assert!(matches!(got[2], Err(LogError::Corrupt { .. })));
+    asked[1].1 -= 100;
+    asked[2].2 -= 1;
+    // A damaged payload, likewise.
+    let at = acked[2].addr.offset() + mariner_log::RECORD_HEADER_LEN as u64 + 10;
+    let mut b = [0u8; 1];
+    devs[0].read_at(&mut b, at).unwrap();
+    b[0] ^= 0xff;
+    devs[0].write_at(&b, at).unwrap();
+    let got = log.read_near(&asked, &mut buf).unwrap();
+    assert!(got[0].is_ok() && got[2].is_ok());
+    assert!(matches!(got[1], Err(LogError::Corrupt { .. })));
+    // Out of order, or more than one read takes: refused whole.
+    asked.swap(0, 1);
+    assert!(log.read_near(&asked, &mut buf).is_err());
+    assert!(log.read_near(&[], &mut buf).unwrap().is_empty());
+    let huge = [(acked[0].addr, acked[0].seq, u32::MAX)];
+    assert!(matches!(
+        log.read_near(&huge, &mut buf),
+        Err(LogError::TooLarge { .. })
+    ));
+}
+
 #[test]
 fn records_at_or_below_the_watermark_are_not_replayed() {
     let devs: Vec<Arc<dyn Disk>> = vec![Arc::new(MemDisk::new(1 << 20))];

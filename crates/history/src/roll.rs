@@ -1,0 +1,339 @@
+//! Rolling the base images forward (retention.rs decides when and how far): a round's
+//! records applied to the bases of the volumes rolling past them, each byte written once from
+//! the newest record that covers it, then the bases synced.
+//!
+//! The records' payloads are read back from the log in log order, runs of nearby records
+//! with one read each (`Log::read_near`): a round of 131,072 4 KiB writes otherwise cost two
+//! reads and an allocation per record on history's thread. Where a round's records lie apart
+//! (other volumes' records, versions overwritten later in the round), a gap of more than
+//! `NEAR_GAP` starts a new read rather than reading what lies between.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::PoisonError;
+
+use mariner_log::{LogAddr, RecordKind, RECORD_HEADER_LEN};
+
+use crate::engine::{base_name, io_err, lock, Inner};
+use crate::state::FLAG_BROKEN;
+use crate::{DigestEntry, HistoryError};
+
+/// Most bytes one read of nearby records takes (a record larger than this is read alone;
+/// never more than the log reads at once, `Log::max_read_following`).
+const NEAR_SPAN: u64 = 1 << 20;
+/// The widest gap between two records read with one read.
+const NEAR_GAP: u64 = 64 << 10;
+
+/// A range of a base to be written from one record's payload.
+#[derive(Debug, Clone, Copy)]
+struct Piece {
+    volume: u32,
+    start: u64,
+    end: u64,
+    /// Its record: an index into the round's entries.
+    record: usize,
+}
+
+impl Inner {
+    /// Applies `entries` to the bases of the volumes rolling past them, syncs, and saves the
+    /// bases at their targets.
+    pub(crate) fn apply_rolling(&self, entries: &[DigestEntry]) -> Result<(), HistoryError> {
+        let log = self
+            .log
+            .get()
+            .ok_or_else(|| HistoryError::Config("history is not started".into()))?;
+        let rolling: BTreeMap<u32, (u64, u64)> = lock(&self.state)
+            .volumes
+            .iter()
+            .filter(|(_, v)| v.rolling_seq > v.base_seq && v.flags & FLAG_BROKEN == 0)
+            .map(|(&id, v)| (id, (v.base_seq, v.rolling_seq)))
+            .collect();
+        let bases = lock(&self.bases).clone();
+        let mut lost = Vec::new();
+        let mut gone = Vec::new();
+        // Per volume, what each byte of the round ends up as: the newest record covering it.
+        // Overwritten bytes are written once, which gives the same image as applying the
+        // records in order.
+        let mut plans: BTreeMap<u32, Overlay> = BTreeMap::new();
+        for (i, e) in entries.iter().enumerate() {
+            let Some(&(after, through)) = rolling.get(&e.volume) else {
+                continue;
+            };
+            if e.seq <= after || e.seq > through {
+                continue;
+            }
+            if e.kind == RecordKind::VolumeDeleted {
+                // Its whole history has left the window.
+                gone.push(e.volume);
+                continue;
+            }
+            if e.kind.changes_data() && e.length > 0 {
+                let end = e.offset + u64::from(e.length);
+                plans.entry(e.volume).or_default().put(e.offset, end, i);
+            }
+        }
+        let started = std::time::Instant::now();
+        // Bases grown to what the round writes, trims punched; the writes' pieces collected.
+        let mut pieces = Vec::new();
+        for (id, plan) in &plans {
+            let Some(disk) = bases.get(id) else {
+                continue;
+            };
+            let io = io_err(self.files.as_ref(), &base_name(*id));
+            let end = plan.0.values().map(|&(end, _)| end).max().unwrap_or(0);
+            if end > disk.len().map_err(&io)? {
+                disk.set_len(end).map_err(&io)?;
+            }
+            for (&start, &(end, record)) in &plan.0 {
+                if entries[record].kind == RecordKind::Write {
+                    pieces.push(Piece {
+                        volume: *id,
+                        start,
+                        end,
+                        record,
+                    });
+                } else {
+                    disk.punch_hole(start, end - start).map_err(&io)?;
+                }
+            }
+        }
+        // The records read in log order, nearby ones with one read ([`Log::read_near`]); the
+        // bases are written in that order too (their page cache sorts it out at the sync).
+        pieces.sort_unstable_by_key(|p| (entries[p.record].addr.0, p.start));
+        let mut buf = Vec::new();
+        let mut writes = 0u64;
+        let mut bytes = 0u64;
+        let mut read_time = std::time::Duration::ZERO;
+        let span = NEAR_SPAN.min(log.max_read_following());
+        for group in near_groups(&pieces, entries, span) {
+            let records: Vec<(LogAddr, u64, u32)> = dedup_records(group, entries);
+            let t = std::time::Instant::now();
+            let got = log.read_near(&records, &mut buf)?;
+            read_time += t.elapsed();
+            // Per record, its payload's range in `buf`, or `None`: reused — a record in its
+            // place (Gone) or the middle of one (a header that does not decode). Either way
+            // the log let it go (it was cut while history was down) and the base cannot have it.
+            let mut ranges = Vec::with_capacity(got.len());
+            for r in got {
+                ranges.push(match r {
+                    Ok((_, range)) => Some(range),
+                    Err(
+                        mariner_log::LogError::Gone { .. } | mariner_log::LogError::Corrupt { .. },
+                    ) => None,
+                    Err(err) => return Err(err.into()),
+                });
+            }
+            // Pieces come in their records' order: `k` follows them.
+            let mut k = 0;
+            for p in group {
+                let e = &entries[p.record];
+                while records.get(k).is_some_and(|r| r.1 != e.seq) {
+                    k += 1;
+                }
+                if lost.contains(&p.volume) {
+                    continue;
+                }
+                let Some(range) = ranges.get(k).cloned().flatten() else {
+                    lost.push(p.volume);
+                    continue;
+                };
+                let name = base_name(p.volume);
+                let corrupt = || HistoryError::Corrupt {
+                    path: self.files.path(&name),
+                    at: p.start,
+                    why: format!("record {} is shorter than its extent", e.seq),
+                };
+                let from = range.start + (p.start - e.offset) as usize;
+                let to = range.start + (p.end - e.offset) as usize;
+                let part = buf
+                    .get(from..to)
+                    .filter(|_| to <= range.end)
+                    .ok_or_else(corrupt)?;
+                let Some(disk) = bases.get(&p.volume) else {
+                    continue;
+                };
+                disk.write_at(part, p.start)
+                    .map_err(io_err(self.files.as_ref(), &name))?;
+                writes += 1;
+                bytes += part.len() as u64;
+            }
+        }
+        let written = started.elapsed();
+        for id in plans.keys() {
+            if let Some(disk) = bases.get(id) {
+                disk.sync()
+                    .map_err(io_err(self.files.as_ref(), &base_name(*id)))?;
+            }
+        }
+        tracing::debug!(
+            read_ms = read_time.as_millis(),
+            write_ms = (written - read_time).as_millis(),
+            sync_ms = (started.elapsed() - written).as_millis(),
+            writes,
+            bytes,
+            "history applied records to the base images"
+        );
+        {
+            let mut st = lock(&self.state);
+            for (id, v) in st.volumes.iter_mut() {
+                if !rolling.contains_key(id) {
+                    continue;
+                }
+                if lost.contains(id) {
+                    v.flags |= FLAG_BROKEN;
+                }
+                v.base_seq = v.rolling_seq;
+                v.base_vseq = v.rolling_vseq;
+                v.base_ts = v.rolling_ts;
+                v.rolling_seq = 0;
+                v.rolling_vseq = 0;
+                v.rolling_ts = 0;
+            }
+            if !lost.is_empty() {
+                // The log cut this round's records while it ran (`check_cut` leaves a
+                // volume rolling past the cut to this round): counted and said like any cut.
+                self.stats.cuts.fetch_add(1, Relaxed);
+                tracing::warn!(
+                    volumes = ?lost,
+                    "the log filled faster than history's base images rolled forward: their \
+                     history is lost until it is seeded again"
+                );
+            }
+            for id in &gone {
+                st.volumes.remove(id);
+            }
+        }
+        for id in &gone {
+            lock(&self.bases).remove(id);
+            self.views
+                .write()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(id);
+        }
+        self.stats
+            .rolled_records
+            .fetch_add(entries.len() as u64, Relaxed);
+        self.stats.rolled_bytes.fetch_add(bytes, Relaxed);
+        // Readers move to the new base only once it is durable, and before the log is
+        // released (in `save`): a read that chose a log version waits for nothing after this.
+        self.note_views();
+        self.save(true)?;
+        // The deleted volumes' bases go once the state no longer names them.
+        for id in gone {
+            let name = base_name(id);
+            self.files
+                .remove(&name)
+                .map_err(io_err(self.files.as_ref(), &name))?;
+        }
+        Ok(())
+    }
+}
+
+/// `pieces` (sorted by their records' addresses) cut into runs whose records are read with
+/// one read: one device, at most `span` bytes (a larger record alone), no gap wider than
+/// `NEAR_GAP`.
+fn near_groups<'a>(
+    pieces: &'a [Piece],
+    entries: &'a [DigestEntry],
+    span: u64,
+) -> impl Iterator<Item = &'a [Piece]> + 'a {
+    let end_of = |e: &DigestEntry| e.addr.offset() + RECORD_HEADER_LEN as u64 + u64::from(e.length);
+    let mut rest = pieces;
+    std::iter::from_fn(move || {
+        let first = rest.first()?;
+        let head = &entries[first.record];
+        let mut reach = end_of(head);
+        let mut n = 1;
+        while let Some(p) = rest.get(n) {
+            let e = &entries[p.record];
+            let near = e.addr.dev() == head.addr.dev()
+                && e.addr.offset() <= reach + NEAR_GAP
+                && end_of(e) - head.addr.offset() <= span;
+            if !near {
+                break;
+            }
+            reach = reach.max(end_of(e));
+            n += 1;
+        }
+        let (group, tail) = rest.split_at(n);
+        rest = tail;
+        Some(group)
+    })
+}
+
+/// The distinct records of a group, in order: (address, sequence number, payload length).
+fn dedup_records(group: &[Piece], entries: &[DigestEntry]) -> Vec<(LogAddr, u64, u32)> {
+    let mut out: Vec<(LogAddr, u64, u32)> = Vec::with_capacity(group.len());
+    for p in group {
+        let e = &entries[p.record];
+        if out.last().is_none_or(|r| r.1 != e.seq) {
+            out.push((e.addr, e.seq, e.length));
+        }
+    }
+    out
+}
+
+/// Byte ranges of a volume, each to be written from one record: putting a range cuts what
+/// it overlaps, so the newest put wins every byte.
+#[derive(Debug, Default)]
+struct Overlay(BTreeMap<u64, (u64, usize)>);
+
+impl Overlay {
+    fn put(&mut self, start: u64, end: u64, record: usize) {
+        // A range starting before `start` that reaches into it keeps its head (and its tail
+        // past `end`, if it reaches that far).
+        if let Some((&s, &(e, r))) = self.0.range(..start).next_back() {
+            if e > start {
+                self.0.insert(s, (start, r));
+                if e > end {
+                    self.0.insert(end, (e, r));
+                }
+            }
+        }
+        let inside: Vec<u64> = self.0.range(start..end).map(|(&s, _)| s).collect();
+        for s in inside {
+            if let Some((e, r)) = self.0.remove(&s) {
+                if e > end {
+                    self.0.insert(end, (e, r));
+                }
+            }
+        }
+        self.0.insert(start, (end, record));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Overlay;
+
+    /// The overlay gives every byte the newest record that covered it.
+    #[test]
+    fn the_newest_put_wins_every_byte() {
+        let mut x = 7u64;
+        for _ in 0..200 {
+            let mut o = Overlay::default();
+            let mut model = vec![None; 64];
+            for r in 0..12 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let s = x % 64;
+                let e = (s + 1 + (x >> 8) % 20).min(64);
+                o.put(s, e, r);
+                for b in &mut model[s as usize..e as usize] {
+                    *b = Some(r);
+                }
+            }
+            let mut got = vec![None; 64];
+            let mut last_end = 0;
+            for (&s, &(e, r)) in &o.0 {
+                assert!(s >= last_end && e > s, "ranges overlap or are empty");
+                last_end = e;
+                for b in &mut got[s as usize..e as usize] {
+                    *b = Some(r);
+                }
+            }
+            assert_eq!(got, model);
+        }
+    }
+}
