@@ -101,6 +101,9 @@ pub struct StoreSection {
     pub apply_idle_ms: u64,
     /// ... or once a record has waited this long (a log three quarters full also starts it).
     pub apply_max_delay_ms: u64,
+    /// ... or once what is not yet written back holds this much of the log: a restart after
+    /// a crash reads that much back before it serves the volumes.
+    pub apply_max_held: ByteSize,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -377,6 +380,7 @@ impl Default for StoreSection {
             payload_budget: None,
             apply_idle_ms: 20,
             apply_max_delay_ms: 30_000,
+            apply_max_held: ByteSize::gib(2),
         }
     }
 }

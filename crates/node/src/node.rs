@@ -736,5 +736,6 @@ fn store_config(dir: &DataDir, cfg: &Config) -> StoreConfig {
         payload_budget_bytes: cfg.payload_budget().as_u64(),
         apply_idle_ms: cfg.store.apply_idle_ms,
         apply_max_delay_ms: cfg.store.apply_max_delay_ms,
+        apply_max_held_bytes: cfg.store.apply_max_held.as_u64(),
     }
 }

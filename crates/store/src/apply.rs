@@ -550,11 +550,12 @@ impl Store {
     }
 
     /// How much longer to leave the queued records in the log, or `None` to apply now: at
-    /// shutdown, under log pressure, once the writers have paused for `apply_idle_ms`, or once
-    /// the oldest record has waited `apply_max_delay_ms`.
+    /// shutdown, under log pressure, once the records not yet synced hold
+    /// `apply_max_held_bytes` of the log, once the writers have paused for `apply_idle_ms`, or
+    /// once the oldest record has waited `apply_max_delay_ms`.
     fn defer(&self, q: &crate::Queue) -> Option<Duration> {
         let idle = Duration::from_millis(self.cfg.apply_idle_ms);
-        if idle.is_zero() || q.shutdown || self.log_pressure() {
+        if idle.is_zero() || q.shutdown || self.log_pressure() || self.holds_too_much() {
             return None;
         }
         let quiet = q.last_accept.map_or(idle, |t| self.since(t));
@@ -577,6 +578,19 @@ impl Store {
     /// the three quarters before it absorb a burst without write-back competing with the
     /// writers for CPU (40,000 4 KiB writes at depth 32 into the default 256 MiB log: 44–47k
     /// IOPS when write-back started at half full, docs/benchmarks.md).
+    /// Whether the store's hold on the log spans more than `apply_max_held_bytes`: a restart
+    /// would replay that much before serving (16 GiB deferred under a 30 s stream of writes
+    /// took 8.6 s to replay, bench/history-scale.sh).
+    fn holds_too_much(&self) -> bool {
+        let (Some(log), Some(holder)) = (self.log.get(), self.holder.get()) else {
+            return false;
+        };
+        let held = holder
+            .segments_held()
+            .saturating_mul(log.superblock().segment_bytes);
+        held > self.cfg.apply_max_held_bytes
+    }
+
     fn log_pressure(&self) -> bool {
         let (Some(log), Some(holder)) = (self.log.get(), self.holder.get()) else {
             return false;

@@ -118,6 +118,10 @@ pub struct StoreConfig {
     pub apply_idle_ms: u64,
     /// ... or once the oldest unapplied record has waited this long.
     pub apply_max_delay_ms: u64,
+    /// ... or once the records not yet synced to the images hold this many bytes of the log:
+    /// what a restart after a crash replays (read at the device's speed before the volumes
+    /// are served), so it bounds the restart's time.
+    pub apply_max_held_bytes: u64,
 }
 
 /// What the store reports.

@@ -34,6 +34,7 @@ fn store_cfg(dir: &Path) -> StoreConfig {
         payload_budget_bytes: 16 * 1024,
         apply_idle_ms: 0,
         apply_max_delay_ms: 0,
+        apply_max_held_bytes: u64::MAX,
     }
 }
 

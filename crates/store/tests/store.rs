@@ -34,6 +34,7 @@ fn store_cfg(dir: &Path) -> StoreConfig {
         // Short, so the crash rounds run through deferred and prompt applies alike.
         apply_idle_ms: 2,
         apply_max_delay_ms: 50,
+        apply_max_held_bytes: u64::MAX,
     }
 }
 
@@ -248,6 +249,7 @@ fn write_back_node(idle_ms: u64, max_delay_ms: u64) -> (tempfile::TempDir, Arc<d
     fresh_node(Arc::new(MemDisk::new(1 << 20)), false, |cfg| StoreConfig {
         apply_idle_ms: idle_ms,
         apply_max_delay_ms: max_delay_ms,
+        apply_max_held_bytes: u64::MAX,
         ..cfg
     })
 }
@@ -361,6 +363,37 @@ fn a_record_waits_at_most_the_maximum_delay() {
     n.log.shutdown();
 }
 
+/// ... nor once what waits holds more than `apply_max_held_bytes` of the log (what a restart
+/// would replay), however busy the writers and however young the records.
+#[test]
+fn write_back_starts_once_the_held_log_passes_its_bound() {
+    let (_dir, _image, n) = fresh_node(Arc::new(MemDisk::new(1 << 20)), false, |cfg| StoreConfig {
+        apply_idle_ms: 60_000,
+        apply_max_delay_ms: 60_000,
+        // Two of the log's 64 KiB segments.
+        apply_max_held_bytes: 128 * 1024,
+        ..cfg
+    });
+    // Under the bound (8 records of 4 KiB, in the first segment), nothing is applied.
+    for i in 0..8u64 {
+        assert!(write(&n, i * 4096, vec![2; 4096]));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(applied(&n), 0, "applied under the bound");
+    // Past it, write-back starts though the writers never pause.
+    let start = Instant::now();
+    let mut written = 8u64;
+    while applied(&n) == 0 {
+        assert!(start.elapsed() < Duration::from_secs(10), "never applied");
+        assert!(write(&n, (written % 64) * 4096, vec![2; 4096]));
+        written += 1;
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(written > 16, "applied after only {written} writes");
+    n.store.shutdown();
+    n.log.shutdown();
+}
+
 /// Random writes and trims; every few operations all devices crash (unsynced data lost or torn,
 /// on the log devices and on the image) and the node reopens. After each recovery the volume
 /// equals the model of acknowledged operations, except blocks of the single operation in flight
@@ -436,6 +469,7 @@ fn the_watermark_keeps_each_volumes_sequence_number_across_a_wrapped_log() {
     let (dir, image, n) = fresh_node(Arc::clone(&log), false, |cfg| StoreConfig {
         apply_idle_ms: 0,
         apply_max_delay_ms: 0,
+        apply_max_held_bytes: u64::MAX,
         ..cfg
     });
     for i in 0..3 {

@@ -199,6 +199,7 @@ impl World {
             payload_budget_bytes: p.payload_budget_bytes,
             apply_idle_ms: p.apply_idle_ms,
             apply_max_delay_ms: p.apply_max_delay_ms,
+            apply_max_held_bytes: u64::MAX,
         };
         let clock: Arc<dyn Clock> = self.clock.clone();
         let file: Arc<dyn ProgressFile> = self.progress.clone();
