@@ -36,7 +36,15 @@ M snapshot export vol0 --at "@$mid" --name mid >/dev/null
 kill -9 "$MPID"; wait "$MPID" 2>/dev/null || true
 drop_caches
 
-cg=/sys/fs/cgroup/mariner-history-scale.$$
+# A memory cgroup without a limit, for its peak (page cache included): cgroup v2, or v1's
+# memory hierarchy (where /sys/fs/cgroup itself is a tmpfs and a directory made there is none).
+if [ -f /sys/fs/cgroup/cgroup.controllers ]; then
+  cg=/sys/fs/cgroup/mariner-history-scale.$$; peak_file=memory.peak
+elif [ -d /sys/fs/cgroup/memory ]; then
+  cg=/sys/fs/cgroup/memory/mariner-history-scale.$$; peak_file=memory.max_usage_in_bytes
+else
+  echo "history-scale: no memory cgroup controller on this machine" >&2; exit 2
+fi
 mkdir "$cg"
 trap 'for p in $(cat "$cg/cgroup.procs" 2>/dev/null); do kill -9 "$p" 2>/dev/null || true; done; sleep 0.3; rmdir "$cg" 2>/dev/null || true' EXIT
 rm -f "$DATA/ports.json"
@@ -54,7 +62,7 @@ hist_s=$(python3 -c "print('%.2f' % ($(now) - $t0))")
 fio --name=h --ioengine=nbd --uri="nbd://$addr/vol0@mid" --rw=randread --bs=4k --iodepth=16 --size=100% \
   --runtime=10 --time_based --readonly --output-format=terse >/dev/null 2>&1
 hwm=$(awk '/VmHWM/ {print $2 * 1024}' "/proc/$MPID/status")
-peak=$(cat "$cg/memory.peak" 2>/dev/null || echo 0)
+peak=$(cat "$cg/$peak_file")
 # The store's payload budget ([store] payload_budget): none by default without --direct-io
 # (its overlay points into the log rather than holding payloads).
 store_budget=0
