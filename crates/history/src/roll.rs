@@ -137,9 +137,9 @@ impl Inner {
                     lost.push(p.volume);
                     continue;
                 };
-                let name = base_name(p.volume);
+                // The base's name is made only for an error: this loop runs per piece.
                 let corrupt = || HistoryError::Corrupt {
-                    path: self.files.path(&name),
+                    path: self.files.path(&base_name(p.volume)),
                     at: p.start,
                     why: format!("record {} is shorter than its extent", e.seq),
                 };
@@ -153,7 +153,7 @@ impl Inner {
                     continue;
                 };
                 disk.write_at(part, p.start)
-                    .map_err(io_err(self.files.as_ref(), &name))?;
+                    .map_err(|e| io_err(self.files.as_ref(), &base_name(p.volume))(e))?;
                 writes += 1;
                 bytes += part.len() as u64;
             }

@@ -152,21 +152,7 @@ impl Log {
         let mut at = 0usize;
         for &seq in seqs {
             let here = LogAddr::new(dev as u8, addr.offset() + at as u64);
-            let corrupt = |source| LogError::Corrupt {
-                addr: here.0,
-                source,
-            };
-            let hb = buf.get(at..).unwrap_or_default();
-            let header = RecordHeader::decode(hb, self.inner.sb.log_id, None).map_err(corrupt)?;
-            if header.seq != seq {
-                return Err(LogError::Gone { addr: here.0 });
-            }
-            let body = at + RECORD_HEADER_LEN;
-            let payload = body..body + header.payload_len as usize;
-            let bytes = buf
-                .get(payload.clone())
-                .ok_or_else(|| corrupt(FormatError::Truncated))?;
-            header.verify_payload(bytes).map_err(corrupt)?;
+            let (header, payload) = self.record_in(buf, at, here, seq, None)?;
             out.push((header, payload));
             at += header.span as usize;
         }
@@ -215,33 +201,51 @@ impl Log {
             })?;
         buf.resize(len, 0);
         read_unaligned(disk.as_ref(), buf, start).map_err(|source| LogError::Io { dev, source })?;
-        let log_id = self.inner.sb.log_id;
         let one = |&(addr, seq, payload_len): &(LogAddr, u64, u32)| {
-            let at = (addr.offset() - start) as usize;
-            let corrupt = |source| LogError::Corrupt {
-                addr: addr.0,
-                source,
-            };
-            let hb = buf.get(at..).unwrap_or_default();
-            let header = RecordHeader::decode(hb, log_id, None).map_err(corrupt)?;
-            if header.seq != seq {
-                return Err(LogError::Gone { addr: addr.0 });
-            }
-            let body = at + RECORD_HEADER_LEN;
-            let payload = body..body + header.payload_len as usize;
-            // The record its reader expected has another length: not the record it knows.
-            if header.payload_len != payload_len {
-                return Err(corrupt(FormatError::Inconsistent(
-                    "the record's length is not the one its reader expected",
-                )));
-            }
-            let bytes = buf
-                .get(payload.clone())
-                .ok_or_else(|| corrupt(FormatError::Truncated))?;
-            header.verify_payload(bytes).map_err(corrupt)?;
-            Ok((header, payload))
+            self.record_in(
+                buf,
+                (addr.offset() - start) as usize,
+                addr,
+                seq,
+                Some(payload_len),
+            )
         };
         Ok(records.iter().map(one).collect())
+    }
+
+    /// The record at `at` in `buf` (read from `addr`), verified as [`Log::read`] verifies
+    /// it: `Gone` when it is not record `seq`; `Corrupt` when it does not decode, runs past
+    /// `buf`, fails its checksum, or (with `payload_len`) has another length than its reader
+    /// expected. Returns its header and the range of its payload in `buf`.
+    fn record_in(
+        &self,
+        buf: &[u8],
+        at: usize,
+        addr: LogAddr,
+        seq: u64,
+        payload_len: Option<u32>,
+    ) -> Result<(RecordHeader, std::ops::Range<usize>), LogError> {
+        let corrupt = |source| LogError::Corrupt {
+            addr: addr.0,
+            source,
+        };
+        let hb = buf.get(at..).unwrap_or_default();
+        let header = RecordHeader::decode(hb, self.inner.sb.log_id, None).map_err(corrupt)?;
+        if header.seq != seq {
+            return Err(LogError::Gone { addr: addr.0 });
+        }
+        if payload_len.is_some_and(|l| l != header.payload_len) {
+            return Err(corrupt(FormatError::Inconsistent(
+                "the record's length is not the one its reader expected",
+            )));
+        }
+        let body = at + RECORD_HEADER_LEN;
+        let payload = body..body + header.payload_len as usize;
+        let bytes = buf
+            .get(payload.clone())
+            .ok_or_else(|| corrupt(FormatError::Truncated))?;
+        header.verify_payload(bytes).map_err(corrupt)?;
+        Ok((header, payload))
     }
 
     /// The most bytes one [`Log::read_following`] reads: a segment, or one largest record
