@@ -61,7 +61,10 @@ mod readers;
 mod router;
 
 use counts::Refresher;
-use leaf::{apply_change, encode_mod, hot_at, LeafView, TAG_DELETE, TAG_KEEP_BELOW, TAG_PUT};
+use leaf::{
+    apply_change, encode_mod, hot_at, LeafView, TAG_DELETE, TAG_DROP_THROUGH, TAG_KEEP_BELOW,
+    TAG_PUT,
+};
 pub use leaf::{
     leaf_capacity, leaf_payload, Key, LeafApp, LEAF_HEADER_LEN, LEAF_MAGIC, RECORD_LEN,
 };
@@ -298,8 +301,7 @@ impl BPlusTree {
     }
 
     /// Deletes many keys with one group commit of the log (blind, as [`Self::delete`]): all
-    /// are durable when it returns. History drops the index entries of versions that left
-    /// the window this way, a roll-forward at a time.
+    /// are durable when it returns.
     pub fn delete_batch(&self, keys: &[Key]) -> Result<(), Error> {
         if keys.is_empty() {
             return Ok(());
@@ -321,6 +323,52 @@ impl BPlusTree {
         }
         self.bosc.modify_batch(changes)?;
         Ok(())
+    }
+
+    /// Drops, from every leaf one of `keys` lies in, all records of that key's volume with a
+    /// timestamp at or below `through(volume)` (volumes it gives `None` keep theirs): one
+    /// modification a leaf and volume, however many of its records go, with one group commit
+    /// of the log; durable when it returns. Returns the modifications queued.
+    ///
+    /// History lets go of the versions that left the window this way, a roll-forward at a
+    /// time: `keys` are the round's, so every leaf holding one of them is cleaned, older
+    /// leftovers included. Like a delete it never splits, and reads a leaf only if a router
+    /// image named it and nothing has read it since; a leaf's record count bound stays an
+    /// upper bound.
+    pub fn drop_through(
+        &self,
+        keys: &[Key],
+        through: impl Fn(u32) -> Option<u64>,
+    ) -> Result<usize, Error> {
+        let mut r = lock(&self.router);
+        r.check()?;
+        let mut seen: HashSet<(u64, u32)> = HashSet::new();
+        let mut changes = Vec::new();
+        for &key in keys {
+            let Some(t) = through(key.volume).filter(|&t| key.timestamp <= t) else {
+                continue;
+            };
+            let (fence, leaf) = r.leaf_for(key)?;
+            if seen.insert((leaf.block(), key.volume)) {
+                // A leaf known only from a router image is checked before anything is queued
+                // for it (as a delete does): a wrong image must fail here, not in the commit.
+                if leaf.is_unread() {
+                    let n = self.bosc.query(leaf.block(), |p| {
+                        LeafView::checked(leaf.block(), p).map(|v| v.count())
+                    })??;
+                    if let Some(l) = r.get_mut(fence) {
+                        l.set_records_max(n);
+                    }
+                }
+                let m = encode_mod(TAG_DROP_THROUGH, Key::new(key.volume, 0, t), 0);
+                changes.push(Change::modify(leaf.block(), m));
+            }
+        }
+        let n = changes.len();
+        if n > 0 {
+            self.bosc.modify_batch(changes)?;
+        }
+        Ok(n)
     }
 
     /// Reads, several at a time, the uncached leaves the batch's puts will fill: the splits

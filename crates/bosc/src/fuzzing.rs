@@ -181,6 +181,7 @@ pub fn fuzz_router_image(data: &[u8]) {
         let more: Vec<(Key, u64)> = (0..40).map(|i| (Key::new(1, i * 7 + 3, 0), i)).collect();
         let _ = tree.insert_batch(&more);
         let _ = tree.delete(Key::new(1, 7, 0));
+        let _ = tree.drop_through(&[Key::new(1, 3, 0), Key::new(2, 0, 0)], |_| Some(5));
         let _ = tree.bosc().commit_all();
         let _ = tree.range(Key::MIN, Key::new(u32::MAX, 0, 0));
     }

@@ -95,10 +95,25 @@ fn run(seed: u64, steps: usize, budget: usize, read_ahead: bool) -> [u64; 6] {
                 let k = key(&mut rng);
                 t_insert(&tree, &mut o, k, step as u64 + 1);
             }
-            55..=64 => {
+            55..=61 => {
                 let k = key(&mut rng);
                 tree.delete(k).unwrap();
                 o.remove(&k);
+            }
+            62..=64 => {
+                // History's prune: a volume's records up to a timestamp, routed by the keys
+                // of those records (every leaf holding one gets the drop).
+                let (v, through) = (rng.below(3) as u32, rng.below(12) * 10);
+                let gone: Vec<Key> = o
+                    .keys()
+                    .filter(|k| k.volume == v && k.timestamp <= through)
+                    .copied()
+                    .collect();
+                tree.drop_through(&gone, |vol| (vol == v).then_some(through))
+                    .unwrap();
+                for k in gone {
+                    o.remove(&k);
+                }
             }
             65..=72 => {
                 let k = key(&mut rng);

@@ -110,7 +110,7 @@ fn golden_leaf() -> Vec<u8> {
 }
 
 /// The B+tree leaf modification as `LeafApp` reads it: tag u8 (1 put, 2 delete, 3 keep
-/// below), key (20 bytes), value u64.
+/// below, 4 drop through), key (20 bytes), value u64.
 fn leaf_mod(tag: u8, key: Key, value: u64) -> Vec<u8> {
     let mut m = vec![tag];
     let mut k = [0u8; Key::ENCODED_LEN];
@@ -284,7 +284,12 @@ fn leaf_modifications_match_their_golden_files() {
     let put = golden("btree-mod-put.bin", &leaf_mod(1, k1, v1));
     let delete = golden("btree-mod-delete.bin", &leaf_mod(2, k0, 0));
     let keep_below = golden("btree-mod-keep-below.bin", &leaf_mod(3, k2, 0));
-    for m in [&put, &delete, &keep_below] {
+    // Drop volume 3's records numbered up to 5 (the key's LBA is unused).
+    let drop_through = golden(
+        "btree-mod-drop-through.bin",
+        &leaf_mod(4, Key::new(3, 0, 5), 0),
+    );
+    for m in [&put, &delete, &keep_below, &drop_through] {
         assert_eq!(m.len(), 1 + btree::RECORD_LEN);
     }
 
@@ -302,6 +307,12 @@ fn leaf_modifications_match_their_golden_files() {
         leaf_payload(PAYLOAD, leaf_fence(), &[(k1, v1), (k2, v2)])
     );
     LeafApp.apply(0, &mut p, &keep_below);
+    assert_eq!(p, leaf_payload(PAYLOAD, leaf_fence(), &[(k1, v1)]));
+
+    // From the golden leaf, drop through takes k0 and k2 (volume 3, timestamps 5 and 1, at
+    // any LBA) and keeps k1 (timestamp 9).
+    let mut p = golden_leaf();
+    LeafApp.apply(0, &mut p, &drop_through);
     assert_eq!(p, leaf_payload(PAYLOAD, leaf_fence(), &[(k1, v1)]));
 }
 

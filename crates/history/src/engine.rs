@@ -341,7 +341,10 @@ impl History {
             let me = Arc::clone(&self.inner);
             let t = std::thread::Builder::new()
                 .name("history".into())
-                .spawn(move || me.run())
+                .spawn(move || {
+                    crate::priority::background_class();
+                    me.run()
+                })
                 .map_err(|source| HistoryError::Io {
                     path: "history thread".into(),
                     source,
@@ -413,6 +416,11 @@ impl History {
             .unwrap_or_else(PoisonError::into_inner);
         let age = tail.oldest_ts().map_or(0, |t| now_ns.saturating_sub(t));
         (tail.len() as u64, age)
+    }
+
+    /// The index engine's counters (modifications queued, blocks written, forced commits).
+    pub fn index_engine_stats(&self) -> &mariner_bosc::BoscStats {
+        self.inner.index.tree().bosc().stats()
     }
 
     /// Bytes of index leaves in use.

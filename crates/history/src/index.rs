@@ -107,6 +107,8 @@ impl IndexConfig {
             // And leaves read for splits are kept only within a quarter of the budget:
             // modified, each would hold 4 KiB of it until committed.
             image_share: 0.25,
+            // Its commit thread runs in the background CPU class, as history's own does.
+            background_setup: Some(crate::priority::background_class),
             ..BoscConfig::default()
         }
     }
@@ -302,15 +304,26 @@ impl LtIndex {
         Ok(out)
     }
 
-    /// Removes the keys of `entries`' pieces (their versions left the window and are in the
-    /// base images), durably, with one group commit. Returns the keys removed.
+    /// Lets go of the versions of `entries` (they left the window and are in the base
+    /// images), durably, with one group commit: each leaf holding one of their keys drops
+    /// every key of that volume numbered up to the newest of `entries` in it — theirs, and
+    /// any an earlier round left (a leaf split while its drop was queued). One modification a
+    /// leaf, not a delete a key: a round's 131,072 records touch a few thousand leaves.
+    /// Returns the keys of `entries` (every one of them is gone).
     pub fn remove(&self, entries: &[DigestEntry]) -> Result<usize, HistoryError> {
         let mut keys = Vec::new();
+        let mut through: BTreeMap<u32, u64> = BTreeMap::new();
         for e in entries {
+            let before = keys.len();
             keys.extend(Self::entries_of(e)?.into_iter().map(|(k, _, _)| k));
+            if keys.len() > before {
+                let t = through.entry(e.volume).or_default();
+                *t = (*t).max(e.volume_seq);
+            }
         }
         keys.sort_unstable();
-        self.tree.delete_batch(&keys)?;
+        self.tree
+            .drop_through(&keys, |volume| through.get(&volume).copied())?;
         Ok(keys.len())
     }
 

@@ -401,6 +401,27 @@ fn history_metrics(out: &mut String, node: &Node) {
     ] {
         counter(out, name, help, v.load(Relaxed));
     }
+    let b = h.index_engine_stats();
+    for (name, help, v) in [
+        (
+            "mariner_history_index_modifications_total",
+            "Modifications queued in the index engine (inserts and deletes of keys).",
+            &b.modifications,
+        ),
+        (
+            "mariner_history_index_blocks_written_total",
+            "Index leaves written by its commits (each also double-written): with the \
+             modifications, how many a leaf write carries.",
+            &b.blocks_written,
+        ),
+        (
+            "mariner_history_index_forced_commits_total",
+            "Index commits forced by a full memory budget (indexing waited for them).",
+            &b.forced_commits,
+        ),
+    ] {
+        counter(out, name, help, v.load(Relaxed));
+    }
     user_metrics(out, node);
 }
 

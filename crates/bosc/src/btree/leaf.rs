@@ -1,6 +1,6 @@
 //! The leaf format and the leaves' update function: [`Key`], the leaf payload (magic,
 //! count, low fence, sorted records), the modifications a leaf takes (put, delete,
-//! keep-below) and [`LeafApp`], which BOSC runs to apply them.
+//! keep-below, drop-through) and [`LeafApp`], which BOSC runs to apply them.
 //!
 //! Apart from the tree because this is what lies on the disk and in the log: the bytes every
 //! other part reads and writes, and the one part the engine calls back into.
@@ -67,6 +67,10 @@ const _: () = assert!(LEAF_HEADER_LEN == 28 && RECORD_LEN == 28);
 pub(super) const TAG_PUT: u8 = 1;
 pub(super) const TAG_DELETE: u8 = 2;
 pub(super) const TAG_KEEP_BELOW: u8 = 3;
+/// Drops every record of the key's volume whose timestamp is at or below the key's (the
+/// key's LBA is 0 and unused): one modification a leaf instead of a delete a key when a
+/// version index lets go of everything of a volume up to an instant.
+pub(super) const TAG_DROP_THROUGH: u8 = 4;
 
 /// Records a leaf payload of `payload_bytes` holds.
 pub fn leaf_capacity(payload_bytes: usize) -> usize {
@@ -188,7 +192,7 @@ pub(super) fn encode_mod(tag: u8, key: Key, value: u64) -> Vec<u8> {
     m
 }
 
-/// The leaf's commit function (part one): applies a put, delete or split truncation.
+/// The leaf's commit function (part one): applies a put, delete, split truncation or drop.
 pub struct LeafApp;
 
 impl BlockApp for LeafApp {
@@ -219,6 +223,28 @@ impl BlockApp for LeafApp {
                 let keep = found.unwrap_or_else(|i| i);
                 p[at(keep)..at(count)].fill(0);
                 set_count(p, keep);
+            }
+            (TAG_DROP_THROUGH, _) => {
+                // The volume's records are adjacent; keep those past the timestamp.
+                let v = LeafView(p);
+                let first = v.search(&Key::new(key.volume, 0, 0)).unwrap_or_else(|i| i);
+                let end = match key.volume.checked_add(1) {
+                    Some(next) => v.search(&Key::new(next, 0, 0)).unwrap_or_else(|i| i),
+                    None => count,
+                };
+                let mut kept = first;
+                for i in first..end {
+                    if LeafView(p).key(i).timestamp > key.timestamp {
+                        p.copy_within(at(i)..at(i + 1), at(kept));
+                        kept += 1;
+                    }
+                }
+                if kept < end {
+                    p.copy_within(at(end)..at(count), at(kept));
+                    let n = count - (end - kept);
+                    p[at(n)..at(count)].fill(0);
+                    set_count(p, n);
+                }
             }
             _ => panic!("unknown B+tree modification tag {}", m[0]),
         }
@@ -279,5 +305,39 @@ mod tests {
             apply(&mut q, TAG_PUT, 3, 33);
             q
         });
+    }
+
+    /// A drop-through removes exactly its volume's records at or below its timestamp, keeps
+    /// the order, and leaves the bytes past the count zero, as a leaf built with only the
+    /// survivors (so a block's image does not depend on how it got there).
+    #[test]
+    fn leaf_drop_through_keeps_the_volume_s_newer_records_and_the_others() {
+        let recs: Vec<(Key, u64)> = [(0, 5, 9), (1, 1, 3), (1, 1, 8), (1, 2, 2), (1, 4, 6)]
+            .into_iter()
+            .chain([(1, 4, 9), (2, 0, 1), (u32::MAX, 3, 1), (u32::MAX, 3, 7)])
+            .map(|(v, l, t)| (Key::new(v, l, t), l * 100 + t))
+            .collect();
+        let drop = |volume: u32, through: u64| {
+            let mut p = leaf_payload(488, Key::MIN, &recs);
+            let m = encode_mod(TAG_DROP_THROUGH, Key::new(volume, 0, through), 0);
+            LeafApp.apply(0, &mut p, &m);
+            let kept: Vec<(Key, u64)> = recs
+                .iter()
+                .filter(|(k, _)| k.volume != volume || k.timestamp > through)
+                .copied()
+                .collect();
+            assert_eq!(
+                p,
+                leaf_payload(488, Key::MIN, &kept),
+                "volume {volume} through {through}"
+            );
+            LeafView(&p).count()
+        };
+        assert_eq!(drop(1, 6), 6);
+        assert_eq!(drop(1, 0), 9);
+        assert_eq!(drop(1, u64::MAX), 4);
+        assert_eq!(drop(3, u64::MAX), 9);
+        assert_eq!(drop(u32::MAX, 5), 8);
+        assert_eq!(drop(0, 9), 8);
     }
 }

@@ -126,10 +126,22 @@ impl<A: BlockApp> Bosc<A> {
             report.records_requeued = requeued;
             report.images_dropped = dropped;
         }
-        let thread = inner.cfg.background.map(|every| {
-            let inner = Arc::clone(&inner);
-            std::thread::spawn(move || inner.background(every))
-        });
+        let thread = match inner.cfg.background {
+            Some(every) => {
+                let inner = Arc::clone(&inner);
+                let t = std::thread::Builder::new()
+                    .name("bosc-commit".into())
+                    .spawn(move || {
+                        if let Some(setup) = inner.cfg.background_setup {
+                            setup();
+                        }
+                        inner.background(every)
+                    })
+                    .map_err(Error::from)?;
+                Some(t)
+            }
+            None => None,
+        };
         report.elapsed = started.elapsed();
         let bosc = Self {
             inner,
