@@ -288,6 +288,21 @@ impl Node {
             .unwrap_or(0)
     }
 
+    /// Connections to `name` once those closing have gone: up to 2 s for the count to reach
+    /// 0. A client that has just exited (`qemu-io …; mariner rollback …`) may still be counted
+    /// until the server reads its connection's end; refusing then would make the command
+    /// depend on that race. A client that stays connected costs the caller the 2 s.
+    pub fn connections_settled(&self, name: &str) -> usize {
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        loop {
+            let n = self.connections(name);
+            if n == 0 || std::time::Instant::now() >= until {
+                return n;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
     /// Creates a thin volume.
     /// `block_size` is the volume's logical block size (512, 1024, 2048 or 4096); the
     /// configured `volume.block_size` when `None`.

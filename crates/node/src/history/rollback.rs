@@ -96,8 +96,12 @@ impl Node {
                 "volume {volume} is already rolling back (mariner rollback shows its progress)"
             )));
         }
-        let n = self.connections(volume);
-        if n > 0 && !force {
+        let n = if force {
+            0
+        } else {
+            self.connections_settled(volume)
+        };
+        if n > 0 {
             return Err(NodeError::Busy(format!(
                 "volume {volume} has {n} connected client(s): disconnect them, or pass --force \
                  to roll back under them"
