@@ -124,6 +124,8 @@ pub struct RollbackArgs {
     #[arg(long, allow_hyphen_values = true)]
     to: String,
     /// Go ahead although clients are connected (they see the volume change under them).
+    /// Without it, a rollback waits up to 2 s for clients that are disconnecting, then
+    /// refuses while any is still connected.
     #[arg(long)]
     force: bool,
     #[command(flatten)]
