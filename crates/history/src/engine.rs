@@ -341,10 +341,7 @@ impl History {
             let me = Arc::clone(&self.inner);
             let t = std::thread::Builder::new()
                 .name("history".into())
-                .spawn(move || {
-                    crate::priority::background_class();
-                    me.run()
-                })
+                .spawn(move || me.run())
                 .map_err(|source| HistoryError::Io {
                     path: "history thread".into(),
                     source,

@@ -107,8 +107,6 @@ impl IndexConfig {
             // And leaves read for splits are kept only within a quarter of the budget:
             // modified, each would hold 4 KiB of it until committed.
             image_share: 0.25,
-            // Its commit thread runs in the background CPU class, as history's own does.
-            background_setup: Some(crate::priority::background_class),
             ..BoscConfig::default()
         }
     }

@@ -29,7 +29,6 @@ pub mod fuzzing;
 pub mod index;
 pub mod pieces;
 mod pins;
-mod priority;
 mod read;
 mod retention;
 mod roll;
