@@ -310,19 +310,27 @@ impl BPlusTree {
         r.check()?;
         let mut changes = Vec::with_capacity(keys.len());
         for &key in keys {
-            let (fence, leaf) = r.leaf_for(key)?;
-            if leaf.is_unread() {
-                let n = self.bosc.query(leaf.block(), |p| {
-                    LeafView::checked(leaf.block(), p).map(|v| v.count())
-                })??;
-                if let Some(l) = r.get_mut(fence) {
-                    l.set_records_max(n);
-                }
-            }
+            let leaf = self.checked_leaf_for(&mut r, key)?;
             changes.push(Change::modify(leaf.block(), encode_mod(TAG_DELETE, key, 0)));
         }
         self.bosc.modify_batch(changes)?;
         Ok(())
+    }
+
+    /// The leaf `key` routes to. A leaf known only from a router image is read and checked
+    /// first (its count then known): a modification queued for a block that is no leaf would
+    /// fail the commit, where a wrong image must fail the call.
+    fn checked_leaf_for(&self, r: &mut Router, key: Key) -> Result<Leaf, Error> {
+        let (fence, leaf) = r.leaf_for(key)?;
+        if leaf.is_unread() {
+            let n = self.bosc.query(leaf.block(), |p| {
+                LeafView::checked(leaf.block(), p).map(|v| v.count())
+            })??;
+            if let Some(l) = r.get_mut(fence) {
+                l.set_records_max(n);
+            }
+        }
+        Ok(leaf)
     }
 
     /// Drops, from every leaf one of `keys` lies in, all records of that key's volume with a
@@ -348,18 +356,8 @@ impl BPlusTree {
             let Some(t) = through(key.volume).filter(|&t| key.timestamp <= t) else {
                 continue;
             };
-            let (fence, leaf) = r.leaf_for(key)?;
+            let leaf = self.checked_leaf_for(&mut r, key)?;
             if seen.insert((leaf.block(), key.volume)) {
-                // A leaf known only from a router image is checked before anything is queued
-                // for it (as a delete does): a wrong image must fail here, not in the commit.
-                if leaf.is_unread() {
-                    let n = self.bosc.query(leaf.block(), |p| {
-                        LeafView::checked(leaf.block(), p).map(|v| v.count())
-                    })??;
-                    if let Some(l) = r.get_mut(fence) {
-                        l.set_records_max(n);
-                    }
-                }
                 let m = encode_mod(TAG_DROP_THROUGH, Key::new(key.volume, 0, t), 0);
                 changes.push(Change::modify(leaf.block(), m));
             }

@@ -128,9 +128,6 @@ pub struct BoscConfig {
     /// until committed: under a small budget, images of leaves each holding a few
     /// modifications crowd out the queues, and every commit writes a block for those few.
     pub image_share: f64,
-    /// Run first on the background commit thread (named `bosc-commit`), e.g. to put it in
-    /// a lower CPU scheduling class; the threads a cycle starts inherit what it sets.
-    pub background_setup: Option<fn()>,
 }
 
 impl Default for BoscConfig {
@@ -146,7 +143,6 @@ impl Default for BoscConfig {
             background: Some(Duration::from_millis(10)),
             sweep_above: 0.0,
             image_share: 1.0,
-            background_setup: None,
         }
     }
 }

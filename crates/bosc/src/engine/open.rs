@@ -131,12 +131,7 @@ impl<A: BlockApp> Bosc<A> {
                 let inner = Arc::clone(&inner);
                 let t = std::thread::Builder::new()
                     .name("bosc-commit".into())
-                    .spawn(move || {
-                        if let Some(setup) = inner.cfg.background_setup {
-                            setup();
-                        }
-                        inner.background(every)
-                    })
+                    .spawn(move || inner.background(every))
                     .map_err(Error::from)?;
                 Some(t)
             }
