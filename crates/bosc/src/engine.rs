@@ -14,6 +14,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, RwLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use mariner_cpuclass::CpuClass;
 use mariner_disk::Disk;
 use mariner_log::{Durable, DurableSink, Holder, Log, LogConfig};
 
@@ -111,7 +112,7 @@ pub struct BoscConfig {
     pub runs_per_cycle: usize,
     /// Runs the double-write area holds (part of the disk's geometry): a cycle's runs are
     /// double-written and written in place in batches of this many, one pair of syncs per
-    /// batch instead of per run.
+    /// batch instead of per run. Fixed when the disk is formatted: a disk opens with its own.
     pub dw_runs: u16,
     /// `Some(interval)`: a background thread runs the commit cycle. `None`: only
     /// [`Bosc::commit_cycle`] and forced commits do (deterministic tests).
@@ -128,6 +129,10 @@ pub struct BoscConfig {
     /// until committed: under a small budget, images of leaves each holding a few
     /// modifications crowd out the queues, and every commit writes a block for those few.
     pub image_share: f64,
+    /// The CPU class of the engine's threads (the commit cycle's and its pipeline's; the
+    /// B+tree's leaf readers), which the owner moves between the idle and the normal class
+    /// (`mariner_cpuclass`). `None`: the normal class.
+    pub cpu_class: Option<Arc<CpuClass>>,
 }
 
 impl Default for BoscConfig {
@@ -143,6 +148,7 @@ impl Default for BoscConfig {
             background: Some(Duration::from_millis(10)),
             sweep_above: 0.0,
             image_share: 1.0,
+            cpu_class: None,
         }
     }
 }
@@ -428,6 +434,11 @@ impl<A: BlockApp> Bosc<A> {
 
     pub fn stats(&self) -> &BoscStats {
         &self.inner.stats
+    }
+
+    /// The CPU class the engine's threads are in ([`BoscConfig::cpu_class`]).
+    pub fn cpu_class(&self) -> Option<&Arc<CpuClass>> {
+        self.inner.cfg.cpu_class.as_ref()
     }
 
     pub fn geometry(&self) -> Geometry {

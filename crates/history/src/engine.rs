@@ -16,6 +16,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use mariner_cpuclass::CpuClass;
 use mariner_disk::Disk;
 use mariner_log::clock::{Clock, SystemClock};
 use mariner_log::{HoldKind, Holder, HolderSpec, Log, RecordKind, Recovery};
@@ -138,6 +139,10 @@ pub(crate) struct Inner {
     pub windows: Mutex<BTreeMap<u32, Option<Duration>>>,
     pub pins: Mutex<crate::pins::Pins>,
     pub rollbacks: Mutex<crate::rollback::Rollbacks>,
+    /// The CPU class of history's thread and its index's (`mariner_cpuclass`): idle while
+    /// history keeps pace with the log, normal while it must catch up
+    /// ([`Inner::keep_pace`]).
+    pub cpu: Arc<CpuClass>,
 }
 
 /// The indexer's own state.
@@ -211,7 +216,18 @@ impl History {
             .filter(|(_, v)| v.levels != 0)
             .map(|(&id, v)| (id, v.levels))
             .collect();
-        let index = LtIndex::open(files.as_ref(), &cfg.index, levels)?;
+        // Only a background indexer moves between classes: tests stepping history by hand
+        // run it on their own thread.
+        let cpu = Arc::new(if cfg.background {
+            CpuClass::new()
+        } else {
+            CpuClass::normal_only()
+        });
+        let index_cfg = IndexConfig {
+            cpu_class: Some(Arc::clone(&cpu)),
+            ..cfg.index.clone()
+        };
+        let index = LtIndex::open(files.as_ref(), &index_cfg, levels)?;
         let (digests, opened) = Digests::open(Arc::clone(&files), DIGEST_PREFIX)?;
         if let Some(why) = &opened.truncated {
             tracing::warn!(why = %why, "history digests: a torn tail was cut");
@@ -258,6 +274,7 @@ impl History {
             failed: Mutex::new(None),
             last_warning: Mutex::new(None),
             roll_due: Mutex::default(),
+            cpu,
             windows: Mutex::default(),
             pins: Mutex::default(),
             rollbacks: Mutex::default(),
@@ -415,6 +432,11 @@ impl History {
         (tail.len() as u64, age)
     }
 
+    /// The CPU class of history's threads (idle while it keeps pace with the log).
+    pub fn cpu_class(&self) -> &CpuClass {
+        &self.inner.cpu
+    }
+
     /// The index engine's counters (modifications queued, blocks written, forced commits).
     pub fn index_engine_stats(&self) -> &mariner_bosc::BoscStats {
         self.inner.index.tree().bosc().stats()
@@ -450,6 +472,7 @@ impl State {
 
 impl Inner {
     fn run(self: Arc<Self>) {
+        let _class = self.cpu.join();
         while !self.stop.load(Relaxed) {
             {
                 // A batch is a full one or what came in one interval (`batch_wait`, asked
@@ -467,7 +490,9 @@ impl Inner {
                         .0;
                 }
             }
-            if let Err(e) = self.step(true) {
+            let stepped = self.step(true);
+            self.keep_pace();
+            if let Err(e) = stepped {
                 tracing::error!(
                     error = %e,
                     "history stopped: writes go on, but history is not kept until a restart"

@@ -313,6 +313,15 @@ impl Inner {
         self.held_share() >= PRESSURE
     }
 
+    /// Puts history's threads in the idle CPU class while it keeps pace — the log not pressed,
+    /// less than a batch waiting to be indexed — and in the normal class otherwise. The sink
+    /// moves them to the normal class as soon as either happens; the indexer moves them
+    /// back after a round.
+    pub(crate) fn keep_pace(&self) {
+        let behind = lock(&self.incoming).len() >= self.cfg.batch_records;
+        self.cpu.set_background(!behind && !self.log_pressed());
+    }
+
     /// Rolls the bases forward over `entries` (ascending, all indexed).
     fn roll_forward(
         &self,

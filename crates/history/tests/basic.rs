@@ -26,6 +26,7 @@ fn small_index() -> IndexConfig {
         log_bytes: 8 << 20,
         log_segment_bytes: 256 << 10,
         background: None,
+        cpu_class: None,
     }
 }
 

@@ -62,6 +62,7 @@ fn open() -> (Log, History, Arc<VirtualClock>) {
             log_bytes: 16 << 20,
             log_segment_bytes: 256 << 10,
             background: None,
+            cpu_class: None,
         },
         batch_records: 256,
         background: false,

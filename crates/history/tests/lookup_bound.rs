@@ -41,6 +41,7 @@ fn a_cold_block_beside_a_hot_one_costs_the_same_lookups() {
         log_bytes: 32 << 20,
         log_segment_bytes: 1 << 20,
         background: None,
+        cpu_class: None,
     };
     LtIndex::create(&files, &cfg).unwrap();
     let ix = LtIndex::open(&files, &cfg, BTreeMap::new()).unwrap();

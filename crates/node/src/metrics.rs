@@ -422,6 +422,20 @@ fn history_metrics(out: &mut String, node: &Node) {
     ] {
         counter(out, name, help, v.load(Relaxed));
     }
+    let cpu = h.cpu_class();
+    gauge(
+        out,
+        "mariner_history_background_cpu",
+        "1 while history's threads are in the idle CPU class (it keeps pace with the log), 0 \
+         while they compete with the write path to catch up.",
+        if cpu.is_background() { 1.0 } else { 0.0 },
+    );
+    counter(
+        out,
+        "mariner_history_cpu_class_changes_total",
+        "Moves of history's threads between the idle and the normal CPU class.",
+        cpu.changes(),
+    );
     user_metrics(out, node);
 }
 

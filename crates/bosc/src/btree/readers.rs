@@ -7,6 +7,8 @@
 use std::sync::{mpsc, Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 
+use mariner_cpuclass::CpuClass;
+
 use super::leaf::LeafApp;
 use crate::{Bosc, Error};
 
@@ -48,18 +50,9 @@ impl Readers {
                 let (rx, bosc) = (Arc::clone(&rx), Arc::clone(bosc));
                 let spawned = std::thread::Builder::new()
                     .name(format!("btree-read{i}"))
-                    .spawn(move || loop {
-                        let job = rx.lock().unwrap_or_else(PoisonError::into_inner).recv();
-                        let Ok(job) = job else { return };
-                        match job.reply {
-                            Some(reply) => {
-                                let payload = bosc.query(job.block, <[u8]>::to_vec);
-                                let _ = reply.send((job.block, payload));
-                            }
-                            // A failed read ahead leaves the split to read the leaf itself,
-                            // and to report the error.
-                            None => drop(bosc.read_hot(job.block)),
-                        }
+                    .spawn(move || {
+                        let _class = bosc.cpu_class().map(CpuClass::join);
+                        reader(&rx, &bosc);
                     });
                 threads.push(spawned.map_err(|e| Error::Failed(format!("leaf reader: {e}")))?);
             }
@@ -68,6 +61,23 @@ impl Readers {
         jobs.as_ref()
             .and_then(|tx| tx.send(ReadJob { block, reply }).ok())
             .ok_or_else(|| Error::Failed("the leaf readers stopped".into()))
+    }
+}
+
+/// A leaf reader's loop, until the jobs' sender is dropped.
+fn reader(rx: &Mutex<mpsc::Receiver<ReadJob>>, bosc: &Bosc<LeafApp>) {
+    loop {
+        let job = rx.lock().unwrap_or_else(PoisonError::into_inner).recv();
+        let Ok(job) = job else { return };
+        match job.reply {
+            Some(reply) => {
+                let payload = bosc.query(job.block, <[u8]>::to_vec);
+                let _ = reply.send((job.block, payload));
+            }
+            // A failed read ahead leaves the split to read the leaf itself, and to report the
+            // error.
+            None => drop(bosc.read_hot(job.block)),
+        }
     }
 }
 

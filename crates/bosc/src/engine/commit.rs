@@ -17,6 +17,7 @@ use super::{lock, BlockApp, Inner};
 use crate::format::{seal_block, Checkpoint, BLOCK_HEADER_LEN};
 use crate::runs::{plan_runs, Run};
 use crate::Error;
+use mariner_cpuclass::CpuClass;
 
 /// Merged runs waiting for one double write; at most the double-write area's slots.
 #[derive(Default)]
@@ -249,6 +250,7 @@ impl<A: BlockApp> Inner<A> {
         std::thread::scope(|s| {
             let (tx, rx) = std::sync::mpsc::sync_channel::<Result<(Run, Vec<u8>), Error>>(1);
             s.spawn(move || {
+                let _class = self.cfg.cpu_class.as_ref().map(CpuClass::join);
                 for &run in runs {
                     let mut buf = self.run_buf(bs * run.len as usize);
                     let r = if self.run_is_cached(run) {
@@ -270,6 +272,7 @@ impl<A: BlockApp> Inner<A> {
             let (wtx, wrx) = std::sync::mpsc::sync_channel::<Batch>(0);
             let (dtx, drx) = std::sync::mpsc::sync_channel::<(Batch, Result<(), Error>)>(1);
             s.spawn(move || {
+                let _class = self.cfg.cpu_class.as_ref().map(CpuClass::join);
                 for batch in wrx {
                     let r = self.write_batch(&batch);
                     if dtx.send((batch, r)).is_err() {

@@ -16,6 +16,8 @@ use mariner_log::{HolderSpec, Log, RecordKind, ReplayPlan};
 use super::memory::State;
 use super::pending::GROUP_BLOCKS;
 use super::query::block_lsns;
+use mariner_cpuclass::CpuClass;
+
 use super::{
     geometry, lock, BlockApp, Bosc, BoscConfig, BoscStats, Durability, Inner, NoSink, OpenReport,
     LOG_HOLDER,
@@ -62,8 +64,13 @@ impl<A: BlockApp> Bosc<A> {
         app: Arc<A>,
     ) -> Result<(Self, OpenReport), Error> {
         let started = Instant::now();
-        let geo = geometry(&cfg)?;
         let ck = read_checkpoint(disk.as_ref())?;
+        // The double-write area's size is the disk's, chosen when it was formatted: a disk
+        // formatted under another `dw_runs` opens with its own.
+        let geo = Geometry {
+            dw_runs: ck.geometry.dw_runs,
+            ..geometry(&cfg)?
+        };
         if ck.geometry != geo {
             return Err(Error::Config(format!(
                 "disk was formatted as {:?}, configured {geo:?}",
@@ -131,7 +138,10 @@ impl<A: BlockApp> Bosc<A> {
                 let inner = Arc::clone(&inner);
                 let t = std::thread::Builder::new()
                     .name("bosc-commit".into())
-                    .spawn(move || inner.background(every))
+                    .spawn(move || {
+                        let _class = inner.cfg.cpu_class.as_ref().map(CpuClass::join);
+                        inner.background(every);
+                    })
                     .map_err(Error::from)?;
                 Some(t)
             }

@@ -366,3 +366,60 @@ fn the_sweep_waits_for_its_share_of_the_budget() {
     }
     counted_matches_footprints(&b);
 }
+
+/// The double-write area is part of the disk: a disk formatted with 8 runs of it opens with
+/// 8 under a configuration asking for 1 (history's index changed its default), its blocks
+/// where they were, and commits on it use its area; a block size that differs still fails.
+#[test]
+fn a_disk_opens_with_its_own_double_write_area() {
+    let formatted = BoscConfig {
+        dw_runs: 8,
+        ..small_cfg()
+    };
+    let data: Arc<dyn Disk> = Arc::new(MemDisk::new(0));
+    Bosc::<Put>::format(data.as_ref(), &formatted).unwrap();
+    {
+        let (b, _) = Bosc::open(
+            Arc::clone(&data),
+            formatted.clone(),
+            Durability::Caller,
+            Arc::new(Put),
+        )
+        .unwrap();
+        for block in 0..64 {
+            b.modify_at(block, &[block as u8 + 1; 8], block + 1)
+                .unwrap();
+        }
+        b.commit_all().unwrap();
+    }
+    let asked = BoscConfig {
+        dw_runs: 1,
+        ..small_cfg()
+    };
+    let (b, _) = Bosc::open(
+        Arc::clone(&data),
+        asked.clone(),
+        Durability::Caller,
+        Arc::new(Put),
+    )
+    .unwrap();
+    assert_eq!(b.geometry().dw_runs, 8);
+    for block in 0..64 {
+        assert_eq!(b.read(block).unwrap()[..8], [block as u8 + 1; 8]);
+    }
+    b.modify_at(3, &[0xaa; 8], 100).unwrap();
+    b.commit_all().unwrap();
+    drop(b);
+    let (b, _) = Bosc::open(Arc::clone(&data), asked, Durability::Caller, Arc::new(Put)).unwrap();
+    assert_eq!(b.read(3).unwrap()[..8], [0xaa; 8]);
+    assert_eq!(b.read(4).unwrap()[..8], [5; 8]);
+    drop(b);
+    let other = BoscConfig {
+        block_bytes: 1024,
+        ..small_cfg()
+    };
+    assert!(matches!(
+        Bosc::open(data, other, Durability::Caller, Arc::new(Put)),
+        Err(Error::Config(_))
+    ));
+}

@@ -42,6 +42,7 @@ pub fn engine_cfg(blocks: u64, budget: usize) -> BoscConfig {
         background: None,
         sweep_above: 0.0,
         image_share: 1.0,
+        cpu_class: None,
     }
 }
 

@@ -168,6 +168,7 @@ pub fn history_cfg(window: Duration) -> HistoryConfig {
             log_bytes: 4 << 20,
             log_segment_bytes: 64 << 10,
             background: Some(Duration::from_millis(2)),
+            cpu_class: None,
         },
         batch_records: 16,
         state_interval: Duration::ZERO,

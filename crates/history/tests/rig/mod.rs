@@ -30,6 +30,7 @@ pub fn cfg(window: Duration) -> HistoryConfig {
             log_bytes: 8 << 20,
             log_segment_bytes: 256 << 10,
             background: None,
+            cpu_class: None,
         },
         batch_records: 64,
         background: false,
