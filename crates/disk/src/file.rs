@@ -304,6 +304,26 @@ impl Disk for FileDisk {
         self.file.sync_data()
     }
 
+    fn write_out(&self, offset: u64, len: u64) -> io::Result<()> {
+        if self.direct || len == 0 {
+            // `O_DIRECT` writes are on the device when they return.
+            return Ok(());
+        }
+        let (Ok(off), Ok(n)) = (i64::try_from(offset), i64::try_from(len)) else {
+            return Err(io::Error::from(io::ErrorKind::InvalidInput));
+        };
+        let flags = libc::SYNC_FILE_RANGE_WAIT_BEFORE
+            | libc::SYNC_FILE_RANGE_WRITE
+            | libc::SYNC_FILE_RANGE_WAIT_AFTER;
+        // SAFETY: sync_file_range takes the file's descriptor, owned by `self.file` and open
+        // for the call's duration, and integers; it touches no memory of ours.
+        let rc = unsafe { libc::sync_file_range(self.file.as_raw_fd(), off, n, flags) };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
     fn len(&self) -> io::Result<u64> {
         if self.block_device {
             // `metadata().len()` is 0 for a block device; seeking to the end gives its size.

@@ -67,6 +67,14 @@ pub trait Disk: Send + Sync + std::fmt::Debug {
     /// Make every completed write durable (fdatasync). An error here is final: callers must not
     /// retry and assume the data is safe (the fsync-gate lesson).
     fn sync(&self) -> io::Result<()>;
+    /// Sends what was written to `[offset, offset+len)` on to the device and waits for it,
+    /// without the cache flush that ends [`Disk::sync`]: not a durability point (a `sync` must
+    /// still follow). Lets a writer of a large batch hand it to the device in small pieces
+    /// instead of one burst at its `sync`, so the device's queue never holds much of it
+    /// ahead of another writer's small durable writes. The default does nothing.
+    fn write_out(&self, _offset: u64, _len: u64) -> io::Result<()> {
+        Ok(())
+    }
     /// Current length in bytes.
     fn len(&self) -> io::Result<u64>;
     /// Grow or shrink. Growing adds a hole.
@@ -117,6 +125,9 @@ impl<D: Disk + ?Sized> Disk for std::sync::Arc<D> {
     }
     fn sync(&self) -> io::Result<()> {
         (**self).sync()
+    }
+    fn write_out(&self, offset: u64, len: u64) -> io::Result<()> {
+        (**self).write_out(offset, len)
     }
     fn len(&self) -> io::Result<u64> {
         (**self).len()

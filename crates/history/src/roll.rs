@@ -24,6 +24,13 @@ const NEAR_SPAN: u64 = 1 << 20;
 /// The widest gap between two records read with one read.
 const NEAR_GAP: u64 = 64 << 10;
 
+/// A base's writes go on to the device in pieces of about this many bytes, in offset order,
+/// before its sync ([`mariner_disk::Disk::write_out`]). A round writes 100–130 MB of 4 KiB
+/// pieces every 5 s under a writer at ~30 k/s; synced at once, they took the device for
+/// 110–240 ms, every log write in that time waited behind them, and a depth-1 writer's p99
+/// was 872 µs against 251 µs without history (docs/benchmarks.md).
+const WRITE_OUT_BYTES: u64 = 32 << 10;
+
 /// A range of a base to be written from one record's payload.
 #[derive(Debug, Clone, Copy)]
 struct Piece {
@@ -159,6 +166,16 @@ impl Inner {
             }
         }
         let written = started.elapsed();
+        let mut ranges: Vec<(u32, u64, u64)> =
+            pieces.iter().map(|p| (p.volume, p.start, p.end)).collect();
+        ranges.sort_unstable();
+        for same in ranges.chunk_by(|a, b| a.0 == b.0) {
+            if let Some(disk) = bases.get(&same[0].0) {
+                write_out_paced(disk.as_ref(), same)
+                    .map_err(io_err(self.files.as_ref(), &base_name(same[0].0)))?;
+            }
+        }
+        let paced = started.elapsed();
         for id in plans.keys() {
             if let Some(disk) = bases.get(id) {
                 disk.sync()
@@ -168,7 +185,8 @@ impl Inner {
         tracing::debug!(
             read_ms = read_time.as_millis(),
             write_ms = (written - read_time).as_millis(),
-            sync_ms = (started.elapsed() - written).as_millis(),
+            write_out_ms = (paced - written).as_millis(),
+            sync_ms = (started.elapsed() - paced).as_millis(),
             writes,
             bytes,
             "history applied records to the base images"
@@ -227,6 +245,26 @@ impl Inner {
         }
         Ok(())
     }
+}
+
+/// Hands one base's written `ranges` (sorted by offset) to the device in pieces of
+/// [`WRITE_OUT_BYTES`], each waited for before the next.
+fn write_out_paced(
+    disk: &dyn mariner_disk::Disk,
+    ranges: &[(u32, u64, u64)],
+) -> std::io::Result<()> {
+    let mut rest = ranges;
+    while let Some(&(_, start, first_end)) = rest.first() {
+        let (mut end, mut bytes, mut n) = (first_end, first_end - start, 1);
+        while let Some(&(_, s, e)) = rest.get(n).filter(|_| bytes < WRITE_OUT_BYTES) {
+            end = end.max(e);
+            bytes += e - s;
+            n += 1;
+        }
+        disk.write_out(start, end - start)?;
+        rest = &rest[n..];
+    }
+    Ok(())
 }
 
 /// `pieces` (sorted by their records' addresses) cut into runs whose records are read with

@@ -124,6 +124,12 @@ pub fn check_contract<D: Disk + ?Sized>(disk: &D) -> io::Result<()> {
     check_allocation(disk, 0, len)?;
     check_allocation(disk, 123, 45_678)?;
 
+    // Writing out a range, or all of it, changes nothing a read sees.
+    disk.write_out(4096, 8192)?;
+    disk.write_out(0, len)?;
+    disk.write_out(len, 0)?;
+    assert_image(disk, &model)?;
+
     disk.sync()?;
     assert_image(disk, &model)?;
 

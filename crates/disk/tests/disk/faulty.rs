@@ -11,6 +11,18 @@ fn is_eio(result: io::Result<()>) -> bool {
     matches!(result, Err(e) if e.raw_os_error() == Some(libc::EIO))
 }
 
+/// `write_out` paces the device; it is not a durability point.
+#[test]
+fn written_out_but_unsynced_writes_are_lost() -> io::Result<()> {
+    let disk = Arc::new(FaultyDisk::new(4096, 1));
+    let faults = disk.faults();
+    disk.write_at(b"out", 0)?;
+    disk.write_out(0, 4096)?;
+    let after = faults.crash_with(CrashMode::LoseUnsynced);
+    assert_eq!(&read_all(&after)?[..3], &[0; 3]);
+    Ok(())
+}
+
 #[test]
 fn unsynced_writes_are_lost_and_synced_ones_survive() -> io::Result<()> {
     let disk = Arc::new(FaultyDisk::new(4096, 1));
