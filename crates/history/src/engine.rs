@@ -651,33 +651,6 @@ impl Inner {
         Ok(())
     }
 
-    /// The log let go of records the base did not have yet (it filled faster than the base
-    /// rolled forward): the history of those volumes is broken until it is seeded again.
-    fn check_cut(&self) {
-        let Some(cut) = self.holder.get().and_then(Holder::cut_to) else {
-            return;
-        };
-        let mut st = lock(&self.state);
-        let mut broke = Vec::new();
-        for (&id, v) in st.volumes.iter_mut() {
-            if v.flags & FLAG_BROKEN == 0 && v.base_seq < cut && v.rolling_seq < cut {
-                v.flags |= FLAG_BROKEN;
-                broke.push(id);
-            }
-        }
-        if !broke.is_empty() {
-            self.stats.cuts.fetch_add(1, Relaxed);
-            tracing::warn!(
-                cut,
-                volumes = ?broke,
-                "the log filled faster than history's base images rolled forward: their \
-                 history is lost up to the cut until it is seeded again"
-            );
-            drop(st);
-            self.note_views();
-        }
-    }
-
     /// Saves the state when due (or now when `force`), then releases the log behind it.
     pub(crate) fn save(&self, force: bool) -> Result<(), HistoryError> {
         {

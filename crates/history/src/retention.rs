@@ -25,7 +25,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::MutexGuard;
 
-use mariner_log::HoldKind;
+use mariner_log::{HoldKind, Holder};
 
 use crate::engine::{lock, Inner};
 use crate::pins::Pins;
@@ -318,8 +318,41 @@ impl Inner {
     /// moves them to the normal class as soon as either happens; the indexer moves them
     /// back after a round.
     pub(crate) fn keep_pace(&self) {
-        let behind = lock(&self.incoming).len() >= self.cfg.batch_records;
-        self.cpu.set_background(!behind && !self.log_pressed());
+        let queued = lock(&self.incoming).len();
+        self.cpu.set_background(!self.behind(queued));
+    }
+
+    /// Whether history must catch up now, with `queued` records waiting to be indexed: a
+    /// full batch waits, or the log is pressed.
+    pub(crate) fn behind(&self, queued: usize) -> bool {
+        queued >= self.cfg.batch_records || self.log_pressed()
+    }
+
+    /// The log let go of records the base did not have yet (it filled faster than the base
+    /// rolled forward): the history of those volumes is broken until it is seeded again.
+    pub(crate) fn check_cut(&self) {
+        let Some(cut) = self.holder.get().and_then(Holder::cut_to) else {
+            return;
+        };
+        let mut st = lock(&self.state);
+        let mut broke = Vec::new();
+        for (&id, v) in st.volumes.iter_mut() {
+            if v.flags & FLAG_BROKEN == 0 && v.base_seq < cut && v.rolling_seq < cut {
+                v.flags |= FLAG_BROKEN;
+                broke.push(id);
+            }
+        }
+        if !broke.is_empty() {
+            self.stats.cuts.fetch_add(1, Relaxed);
+            tracing::warn!(
+                cut,
+                volumes = ?broke,
+                "the log filled faster than history's base images rolled forward: their \
+                 history is lost up to the cut until it is seeded again"
+            );
+            drop(st);
+            self.note_views();
+        }
     }
 
     /// Rolls the bases forward over `entries` (ascending, all indexed).

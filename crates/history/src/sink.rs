@@ -58,15 +58,15 @@ impl Inner {
                 note_in_view(&mut views, &windows, e);
             }
         }
-        let full = {
+        let queued = {
             let mut q = lock(&self.incoming);
             q.extend(entries);
-            q.len() >= self.cfg.batch_records
+            q.len()
         };
         // While the log is pressed, the indexer must not sit out its batch interval: a burst
         // can fill the log within one, and the round that shrinks history needs these
         // indexed.
-        if full || self.log_pressed() {
+        if self.behind(queued) {
             // From the log's completion path, which is never starved: history's threads may
             // be in the idle class while a CPU-bound writer takes every core.
             self.cpu.set_background(false);

@@ -378,14 +378,16 @@ fn a_disk_opens_with_its_own_double_write_area() {
     };
     let data: Arc<dyn Disk> = Arc::new(MemDisk::new(0));
     Bosc::<Put>::format(data.as_ref(), &formatted).unwrap();
-    {
-        let (b, _) = Bosc::open(
+    let open = |cfg: &BoscConfig| {
+        Bosc::open(
             Arc::clone(&data),
-            formatted.clone(),
+            cfg.clone(),
             Durability::Caller,
             Arc::new(Put),
         )
-        .unwrap();
+    };
+    {
+        let (b, _) = open(&formatted).unwrap();
         for block in 0..64 {
             b.modify_at(block, &[block as u8 + 1; 8], block + 1)
                 .unwrap();
@@ -396,13 +398,7 @@ fn a_disk_opens_with_its_own_double_write_area() {
         dw_runs: 1,
         ..small_cfg()
     };
-    let (b, _) = Bosc::open(
-        Arc::clone(&data),
-        asked.clone(),
-        Durability::Caller,
-        Arc::new(Put),
-    )
-    .unwrap();
+    let (b, _) = open(&asked).unwrap();
     assert_eq!(b.geometry().dw_runs, 8);
     for block in 0..64 {
         assert_eq!(b.read(block).unwrap()[..8], [block as u8 + 1; 8]);
@@ -410,7 +406,7 @@ fn a_disk_opens_with_its_own_double_write_area() {
     b.modify_at(3, &[0xaa; 8], 100).unwrap();
     b.commit_all().unwrap();
     drop(b);
-    let (b, _) = Bosc::open(Arc::clone(&data), asked, Durability::Caller, Arc::new(Put)).unwrap();
+    let (b, _) = open(&asked).unwrap();
     assert_eq!(b.read(3).unwrap()[..8], [0xaa; 8]);
     assert_eq!(b.read(4).unwrap()[..8], [5; 8]);
     drop(b);
@@ -418,8 +414,5 @@ fn a_disk_opens_with_its_own_double_write_area() {
         block_bytes: 1024,
         ..small_cfg()
     };
-    assert!(matches!(
-        Bosc::open(data, other, Durability::Caller, Arc::new(Put)),
-        Err(Error::Config(_))
-    ));
+    assert!(matches!(open(&other), Err(Error::Config(_))));
 }
