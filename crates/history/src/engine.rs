@@ -58,6 +58,9 @@ pub struct HistoryConfig {
     pub kind: HoldKind,
     /// A rollback saves its cursor after this many bytes written (`rollback.rs`).
     pub rollback_save_bytes: u64,
+    /// No roll-forward until the log has cut history once (tests of what follows a cut;
+    /// `[test] history_rolls_stalled_until_cut`).
+    pub rolls_stalled_until_cut: bool,
 }
 
 impl Default for HistoryConfig {
@@ -72,6 +75,7 @@ impl Default for HistoryConfig {
             background: true,
             kind: HoldKind::Shrinkable,
             rollback_save_bytes: 4 << 20,
+            rolls_stalled_until_cut: false,
         }
     }
 }
@@ -139,6 +143,9 @@ pub(crate) struct Inner {
     pub windows: Mutex<BTreeMap<u32, Option<Duration>>>,
     pub pins: Mutex<crate::pins::Pins>,
     pub rollbacks: Mutex<crate::rollback::Rollbacks>,
+    /// Volumes being seeded while history runs, each with the point its base will be as of:
+    /// history holds the log and its digests from there ([`Inner::holds`]).
+    pub seeding: Mutex<BTreeMap<u32, u64>>,
     /// The CPU class of history's thread and its index's (`mariner_cpuclass`): idle while
     /// history keeps pace with the log, normal while it must catch up
     /// ([`Inner::keep_pace`]).
@@ -278,6 +285,7 @@ impl History {
             windows: Mutex::default(),
             pins: Mutex::default(),
             rollbacks: Mutex::default(),
+            seeding: Mutex::default(),
         };
         let h = Self {
             inner: Arc::new(inner),
@@ -664,7 +672,7 @@ impl Inner {
             }
         }
         let levels = self.index.levels();
-        let holds = {
+        {
             let mut st = lock(&self.state);
             for (id, v) in st.volumes.iter_mut() {
                 v.levels = levels.get(id).copied().unwrap_or(0);
@@ -672,13 +680,22 @@ impl Inner {
             st.save(self.state_disk.as_ref())
                 .map_err(|why| HistoryError::Config(format!("saving history state: {why}")))?;
             self.stats.saved_seq.store(st.indexed_seq, Relaxed);
-            st.holds()
-        };
-        lock(&self.indexer).last_save = Some(Instant::now());
-        if let Some(h) = self.holder.get() {
-            h.release(holds);
+            // Released under the state's lock: a seed that sets its floor under it then
+            // sees every release made without the floor (`History::seed`).
+            if let Some(h) = self.holder.get() {
+                h.release(self.holds(&st));
+            }
         }
+        lock(&self.indexer).last_save = Some(Instant::now());
         Ok(())
+    }
+
+    /// What history needs of the log and its digests: the records above this — the state's
+    /// ([`State::holds`]), and no further than a base being seeded is as of.
+    pub(crate) fn holds(&self, st: &State) -> u64 {
+        lock(&self.seeding)
+            .values()
+            .fold(st.holds(), |h, &s| h.min(s))
     }
 
     /// Copies the state's volumes into the readers' views.

@@ -41,4 +41,7 @@ pub enum HistoryError {
     NoRollback(u32),
     #[error("volume {volume}: a rollback write failed: {why}")]
     RollbackWrite { volume: u32, why: String },
+    /// Refused for now; the same call may succeed later.
+    #[error("{0}")]
+    Retry(String),
 }

@@ -39,10 +39,66 @@ impl History {
             .is_some_and(|v| v.state.flags & crate::state::FLAG_BROKEN == 0)
     }
 
+    /// Volumes whose history broke while history ran — the log let go of records their
+    /// base lacked — and that are not deleted: each waits for [`History::seed`].
+    pub fn broken_volumes(&self) -> Vec<u32> {
+        use crate::state::{FLAG_BROKEN, FLAG_DELETED};
+        self.inner
+            .views
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .filter(|(_, v)| v.state.flags & FLAG_BROKEN != 0 && v.state.flags & FLAG_DELETED == 0)
+            .map(|(&id, _)| id)
+            .collect()
+    }
+
     /// Starts `volume`'s history at `at` from a copy of `image` (`size` bytes, `block_size`
     /// blocks) plus `after`: the records of the volume the image may lack, in sequence order
-    /// (their payloads are read from the log). Nothing may write the image meanwhile.
+    /// (their payloads are read from the log). Nothing may write the image meanwhile: at
+    /// start-up before the store applies, while serving from the store's applier with the
+    /// images at rest (`mariner_store::Store::at_rest`). Does nothing if history follows the
+    /// volume already.
+    ///
+    /// While serving, history goes on indexing and rolling the other volumes forward during
+    /// the copy; it holds the log and its digests from `at.seq` until the base is in place,
+    /// so the records after it stay for the base to roll forward over. `at.seq` below what
+    /// history already let the log have is refused ([`HistoryError::Retry`]): the records
+    /// between would be missing from the base.
     pub fn seed(
+        &self,
+        volume: u32,
+        image: &dyn Disk,
+        size: u64,
+        block_size: u32,
+        at: SeedPoint,
+        after: &[DigestEntry],
+    ) -> Result<(), HistoryError> {
+        let inner = &self.inner;
+        if self.follows(volume) {
+            return Ok(());
+        }
+        {
+            // Under the state's lock, as `Inner::save` releases: no release passes the floor
+            // after this, and any made before shows in `released`.
+            let _st = lock(&inner.state);
+            let released = inner.holder.get().map_or(0, mariner_log::Holder::released);
+            if at.seq < released {
+                return Err(HistoryError::Retry(format!(
+                    "seeding volume {volume} as of record {}: history let the log have records \
+                     up to {released} already",
+                    at.seq
+                )));
+            }
+            lock(&inner.seeding).insert(volume, at.seq);
+        }
+        let copied = self.copy_base(volume, image, size, block_size, at, after);
+        lock(&inner.seeding).remove(&volume);
+        copied
+    }
+
+    /// [`History::seed`]'s copy, once history holds the log from `at`.
+    fn copy_base(
         &self,
         volume: u32,
         image: &dyn Disk,

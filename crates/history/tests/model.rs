@@ -13,8 +13,10 @@
 //! a minute, at least 10), `MARINER_HISTORY_MODEL_SEED` the first seed; a failure names its
 //! seed. Counters over the run assert that it covered crashes inside roll-forwards, shrinks,
 //! reads from base images, log wraps, and rollbacks: finished (and undone), and resumed after
-//! a crash cut them short (`model/rollback.rs`). After a finished rollback the volume must
-//! equal the oracle as of its `to` (after an undo: as of the rollback's `from`).
+//! a crash cut them short (`model/rollback.rs`). A history the log cut is seeded again after
+//! the round that finds it broken, as the node does while serving. After a finished rollback
+//! the volume must equal the oracle as of its `to` (after an undo: as of the rollback's
+//! `from`). `MARINER_HISTORY_MODEL_TRACE` and `MARINER_HISTORY_MODEL_BURSTS`: see below.
 
 #[path = "model/machine.rs"]
 mod machine;
@@ -64,6 +66,8 @@ struct Counters {
     undos_finished: u64,
     /// Rollbacks whose `to` a shrink or a cut took away.
     rollbacks_cancelled: u64,
+    /// Histories the log cut, seeded again without a restart.
+    live_reseeds: u64,
 }
 
 struct Case {
@@ -83,6 +87,8 @@ struct Case {
     undo: Option<u64>,
     /// The rollback being run is an undo.
     undoing: bool,
+    /// The newest record appended through [`Case::append`] or found at open.
+    last_seq: u64,
 }
 
 impl Case {
@@ -117,6 +123,7 @@ impl Case {
             h.seed(VOL, &image, SIZE, 512, at, &[])
                 .unwrap_or_else(|e| panic!("seed {}: reseed: {e}", self.seed));
         }
+        self.last_seq = self.last_seq.max(rec.last_seq);
         self.log = Some(log);
         self.h = Some(h);
     }
@@ -137,11 +144,14 @@ impl Case {
     fn append(&mut self, e: Entry) -> mariner_log::Appended {
         self.appended_bytes += u64::from(e.length).min(e.payload.len() as u64) + 128;
         let log = self.log.as_ref().unwrap();
-        log.append(e)
+        let a = log
+            .append(e)
             .unwrap()
             .blocking_recv()
             .unwrap()
-            .unwrap_or_else(|e| panic!("seed {}: append: {e}", self.seed))
+            .unwrap_or_else(|e| panic!("seed {}: append: {e}", self.seed));
+        self.last_seq = a.seq;
+        a
     }
 
     fn record(&mut self, a: mariner_log::Appended) {
@@ -183,6 +193,33 @@ impl Case {
     fn round(&mut self) {
         let r = self.h().step();
         r.unwrap_or_else(|e| panic!("seed {}: history round: {e}", self.seed));
+    }
+
+    /// A volume whose history broke while history ran is seeded again at once, as the node
+    /// does while serving (crates/node/src/history/reseed.rs): from the current image (the
+    /// oracle's), as of the newest durable record.
+    fn reseed_if_broken(&mut self, c: &mut Counters) {
+        if !self.h().broken_volumes().contains(&VOL) {
+            return;
+        }
+        // The newest record: appended here, found at open, or a rollback's.
+        let durable = self.log.as_ref().unwrap().stats().durable_seq.load(Relaxed);
+        let last = self.versions.last().unwrap();
+        let at = SeedPoint {
+            seq: self.last_seq.max(durable),
+            timestamp_ns: last.ts,
+            volume_seq: last.vseq,
+        };
+        let image = mariner_disk::MemDisk::from_vec(self.image.clone());
+        self.h()
+            .seed(VOL, &image, SIZE, 512, at, &[])
+            .unwrap_or_else(|e| panic!("seed {}: reseed while running: {e}", self.seed));
+        assert!(
+            self.h().follows(VOL),
+            "seed {}: still broken after a reseed",
+            self.seed
+        );
+        c.live_reseeds += 1;
     }
 
     fn crash(&mut self, c: &mut Counters) {
@@ -257,6 +294,9 @@ impl Case {
         } else {
             let mut p: Vec<usize> = (0..6).map(|_| self.rng.below(n as u64) as usize).collect();
             p.push(n - 1);
+            if trace() {
+                p = (0..n).collect();
+            }
             p
         };
         let mut buf = vec![0u8; SIZE as usize];
@@ -293,10 +333,14 @@ impl Case {
                     .position(|(a, b)| a != b)
                     .unwrap_or(0);
                 panic!(
-                    "seed {}: as of @{} byte {at} differs (sector {})",
+                    "seed {}: as of @{} byte {at} differs (sector {}); window @{}..@{}, {} versions, last @{}",
                     self.seed,
                     v.vseq,
-                    at / 512
+                    at / 512,
+                    w.oldest.volume_seq,
+                    w.newest.volume_seq,
+                    self.versions.len(),
+                    self.versions.last().unwrap().vseq
                 );
             }
             // Its time resolves to it when no other write shares the timestamp (and history
@@ -322,6 +366,19 @@ impl Case {
     }
 }
 
+/// `MARINER_HISTORY_MODEL_TRACE`: print each step, and check every instant after it.
+fn trace() -> bool {
+    std::env::var_os("MARINER_HISTORY_MODEL_TRACE").is_some()
+}
+
+/// `MARINER_HISTORY_MODEL_BURSTS`: one step in a hundred writes more than the log holds with
+/// no round between, so the log cuts history. Off by default while it finds an open bug: a
+/// later crash loses an index entry of a write made after the seed that followed a cut
+/// (seeds 30 and 79 with it on; the seed at start-up as well as the one while running).
+fn bursts() -> bool {
+    std::env::var_os("MARINER_HISTORY_MODEL_BURSTS").is_some()
+}
+
 fn run_case(seed: u64, c: &mut Counters) {
     let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
     let window = Duration::from_secs(10 + rng.below(300));
@@ -340,20 +397,38 @@ fn run_case(seed: u64, c: &mut Counters) {
         seed,
         undo: None,
         undoing: false,
+        last_seq: 0,
     };
     case.open();
     let a = case.append(Entry::extent(RecordKind::VolumeCreated, VOL, SIZE, 512));
     case.record(a);
     let log_bytes = LOG_SEGMENTS * SEGMENT;
     for _ in 0..STEPS {
-        match case.rng.below(100) {
+        let pick = case.rng.below(100);
+        if trace() {
+            eprintln!(
+                "step {pick}, newest @{}",
+                case.versions.last().map_or(0, |v| v.vseq)
+            );
+        }
+        match pick {
+            0 if bursts() => {
+                // A burst with no history round in it: more than the log holds, so the log
+                // cuts history and the next round seeds it again.
+                for _ in 0..80 {
+                    case.write();
+                }
+            }
             0..=49 => case.write(),
             50..=54 => case.rollback(c),
             55..=69 => {
                 let ns = case.rng.below(20_000_000_000);
                 case.clock.advance(ns);
             }
-            70..=89 => case.round(),
+            70..=89 => {
+                case.round();
+                case.reseed_if_broken(c);
+            }
             90..=94 => {
                 // A round the machine dies in.
                 case.m.budget.store(case.rng.below(40) as i64, Relaxed);
@@ -409,7 +484,7 @@ fn history_reads_every_instant_it_keeps_through_crashes_expiry_and_shrinking() {
     eprintln!(
         "{n} cases: {} crashes ({} inside a roll-forward), {} shrinks, {} cuts, {} base reads, \
          {} log wraps, {} reads and {} expired instants checked; rollbacks: {} finished, {} \
-         undone, {} resumed, {} cancelled",
+         undone, {} resumed, {} cancelled; {} seeded again while running",
         c.crashes,
         c.crashes_in_roll_forward,
         c.shrinks,
@@ -421,7 +496,8 @@ fn history_reads_every_instant_it_keeps_through_crashes_expiry_and_shrinking() {
         c.rollbacks_finished,
         c.undos_finished,
         c.resumed_rollbacks,
-        c.rollbacks_cancelled
+        c.rollbacks_cancelled,
+        c.live_reseeds
     );
     if cases.is_none() {
         for (what, count) in [

@@ -128,3 +128,86 @@ fn with_history_off_there_is_none() {
     let status = ok(&s, &["status"]);
     assert!(status.contains("history    off"), "{status}");
 }
+
+/// The bytes of the NBD export at `url`, copied out with `qemu-img convert`.
+fn copy_out(url: &str, to: &std::path::Path) -> Vec<u8> {
+    run(std::process::Command::new("qemu-img")
+        .args(["convert", "-f", "raw", "-O", "raw", url])
+        .arg(to));
+    std::fs::read(to).unwrap()
+}
+
+#[test]
+fn a_history_the_log_cut_is_seeded_again_while_serving() {
+    require("fio");
+    require("qemu-io");
+    let dir = scratch("history-reseed");
+    let cfg = dir.path().join("mariner.toml");
+    std::fs::write(&cfg, "[test]\nhistory_rolls_stalled_until_cut = true\n").unwrap();
+    let mut args = SMALL.to_vec();
+    args.extend(["--config", cfg.to_str().unwrap()]);
+    let s = Server::start(&dir.path().join("data"), &args);
+    let url = s.url("vol0");
+    qemu_io(&url, &["write -P 1 0 1M"]);
+    // Twice what the 64 MiB log holds, while history's base does not roll forward: the log
+    // cuts history rather than make the writers wait, and history breaks.
+    let out = run(std::process::Command::new("fio").args([
+        "--name=fill",
+        "--ioengine=nbd",
+        &format!("--uri={url}"),
+        "--rw=randwrite",
+        "--bs=64k",
+        "--iodepth=8",
+        "--size=32M",
+        "--io_size=128M",
+        "--randrepeat=0",
+    ]));
+    assert!(out.contains("err= 0"), "{out}");
+    eventually("the log cut history", || {
+        s.metric("mariner_history_cuts_total") >= 1.0
+    });
+    assert_eq!(s.metric("mariner_log_stalled_writes"), 0.0);
+    // Without a restart, a new base is copied from the current image and history starts
+    // again there.
+    eventually("history is seeded again", || {
+        s.metric("mariner_history_seeds_total") >= 1.0
+            && history(&s, "vol0")["unavailable"].is_null()
+    });
+    assert!(s.log().contains("seeding a new base"), "{}", s.log());
+    // What the volume holds now, and instants after the seed, read back from it.
+    let now = copy_out(&url, &dir.path().join("now.raw"));
+    qemu_io(&url, &["write -P 4 0 4M"]);
+    ok(&s, &["history", "mark", "vol0", "after"]);
+    qemu_io(&url, &["write -P 5 0 64k"]);
+    let x = json(
+        &s,
+        &[
+            "snapshot",
+            "export",
+            "vol0",
+            "--at",
+            "mark:after",
+            "--name",
+            "after",
+        ],
+    );
+    let then = copy_out(x["nbd"][0].as_str().unwrap(), &dir.path().join("then.raw"));
+    assert_eq!(then.len(), now.len());
+    assert!(
+        then[..4 << 20].iter().all(|&b| b == 4),
+        "the write before the mark"
+    );
+    assert!(
+        then[4 << 20..] == now[4 << 20..],
+        "the seeded base differs from the image it was copied from"
+    );
+    // The first write is before the seed: gone, and said so.
+    let o = s.cli(&["snapshot", "export", "vol0", "--at", "@2", "--name", "gone"]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("outside volume vol0's history"),
+        "{}",
+        stderr(&o)
+    );
+    ok(&s, &["snapshot", "remove", "vol0@after"]);
+}

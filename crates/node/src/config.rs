@@ -252,6 +252,9 @@ pub struct TestSection {
     pub pause_apply: bool,
     /// Log devices fail with EIO after this many writes and syncs (failure-path tests).
     pub fail_log_after: Option<u64>,
+    /// History does not roll forward until the log has cut it once, so writes past the
+    /// log's size break it (tests of seeding again while serving).
+    pub history_rolls_stalled_until_cut: bool,
 }
 
 impl Config {

@@ -398,6 +398,12 @@ fn history_metrics(out: &mut String, node: &Node) {
              until seeded again).",
             &s.cuts,
         ),
+        (
+            "mariner_history_seeds_total",
+            "Base images copied from a volume's current image (history started, or started \
+             again after a cut).",
+            &s.seeds,
+        ),
     ] {
         counter(out, name, help, v.load(Relaxed));
     }

@@ -247,6 +247,17 @@ impl Node {
         self.volumes.read().ok()?.get(name).cloned()
     }
 
+    /// The block size of the volume numbered `id`, if there is one.
+    pub(crate) fn block_size_of(&self, id: u32) -> Option<u32> {
+        self.volumes
+            .read()
+            .ok()?
+            .values()
+            .map(|v| v.meta())
+            .find(|m| m.id == id)
+            .map(|m| m.block_size)
+    }
+
     pub fn volume_names(&self) -> Vec<String> {
         self.volumes
             .read()

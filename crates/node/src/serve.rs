@@ -120,6 +120,8 @@ pub async fn run(
         }
     });
 
+    tasks.spawn(crate::history::reseed::watch(node.clone(), quit_rx.clone()));
+
     signals.wait(&mut stop).await;
     tracing::info!("shutting down: finishing in-flight requests");
     let _ = quit_tx.send(true);

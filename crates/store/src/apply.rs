@@ -1,6 +1,9 @@
 //! The applier thread: records in sequence order into the images, then sync and release.
 
 mod defer;
+mod rest;
+
+pub use rest::{AtRest, RestJob};
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering::Relaxed;
@@ -196,6 +199,7 @@ impl Store {
         if shutdown && (took == 0 || c.retry_at.is_some()) {
             return Round::Stop;
         }
+        self.run_rest_jobs(c);
         Round::Again
     }
 
@@ -371,9 +375,11 @@ impl Store {
                 || (!self.paused.load(Relaxed)
                     && q.items.first_key_value().is_some_and(|(k, _)| *k == next))
         };
-        if !ready(&q) {
+        if !ready(&q) && q.rest.is_empty() {
             q.applier_waiting = true;
-            let r = self.wake.wait_timeout_while(q, wait, |q| !ready(q));
+            let r = self
+                .wake
+                .wait_timeout_while(q, wait, |q| !ready(q) && q.rest.is_empty());
             q = match r {
                 Ok((q, _)) => q,
                 Err(_) => return (Vec::new(), true),

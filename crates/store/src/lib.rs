@@ -46,6 +46,7 @@ use mariner_log::{
     Recovery,
 };
 
+pub use apply::{AtRest, RestJob};
 use extents::{ExtentMap, Source};
 pub use progress::Progress;
 
@@ -162,6 +163,8 @@ struct Queue {
     /// The applier waits for a record to arrive (not for the writers to pause): new records
     /// must wake it.
     applier_waiting: bool,
+    /// Jobs waiting for the images at rest ([`Store::at_rest`]).
+    rest: Vec<apply::RestJob>,
 }
 
 /// The store. Create it, open the log with it as the sink, then [`Store::start`] it.

@@ -1,10 +1,12 @@
 //! History in the node: opened beside the store, fed by the same durable records, holding
 //! log space as a shrinkable holder (or a must-hold one under `policy = "throttle"`), and
-//! seeded at start-up for volumes it did not follow (history turned on later, or broken).
+//! seeded at start-up for volumes it did not follow (history turned on later, or broken),
+//! and again while serving for a volume whose history broke (reseed.rs).
 
 pub mod instant;
 mod marks;
 mod queries;
+pub(crate) mod reseed;
 mod resolve;
 mod rollback;
 
@@ -71,6 +73,7 @@ pub(crate) fn config(cfg: &Config) -> HistoryConfig {
             HistoryPolicy::Shrink => HoldKind::Shrinkable,
             HistoryPolicy::Throttle => HoldKind::MustHold,
         },
+        rolls_stalled_until_cut: cfg.test.history_rolls_stalled_until_cut,
         ..HistoryConfig::default()
     }
 }

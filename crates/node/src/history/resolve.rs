@@ -60,8 +60,8 @@ impl Node {
             }),
             HistoryError::Broken(_) => NodeError::Busy(format!(
                 "volume {volume}'s history is broken: the log reused records before its base \
-                 image held them (mariner_history_cuts_total); it is seeded again from the \
-                 current image at the next start"
+                 image held them (mariner_history_cuts_total); a new base is being copied from \
+                 the current image, and its history starts again there"
             )),
             HistoryError::UnknownVolume(_) => NodeError::BadRequest(format!(
                 "volume {volume} has no history yet (it is seeded at the next start)"
