@@ -37,13 +37,6 @@ use crate::{DigestEntry, HistoryError};
 const ROUND_RECORDS: u64 = 131_072;
 /// Share of the log history may hold before it rolls forward early (shrinks).
 const PRESSURE: f64 = 0.6;
-/// Share of the log history may hold before its threads leave the idle CPU class to shrink
-/// (`Inner::urgent`): between PRESSURE and it a shrink runs in the idle class.
-const URGENT: f64 = 0.8;
-/// Room a shrink in the idle class leaves before the log would cut history, at least: 1 GiB
-/// is 6 s of 4 KiB writes at depth 32 (160 MB/s) for the round to finish in the normal
-/// class. A log too small to leave it beyond PRESSURE shrinks in the normal class at once.
-const URGENT_ROOM: f64 = (1u64 << 30) as f64;
 /// Share of the log a shrink brings what history holds back to.
 const SHRINK_TO: f64 = 0.4;
 /// Expiry rolls forward at most this often (shrinking, whenever the log is pressed); a round
@@ -323,36 +316,21 @@ impl Inner {
         self.held_share() >= PRESSURE
     }
 
-    /// Puts history's threads in the idle CPU class while it keeps pace, in the normal class
-    /// when it must catch up ([`Inner::urgent`]). The sink moves them to the normal class as
-    /// soon as that happens; the indexer moves them back after a round.
+    /// Puts history's threads in the idle CPU class while it keeps pace — the log not pressed,
+    /// less than a batch waiting to be indexed — and in the normal class otherwise. The sink
+    /// moves them to the normal class as soon as either happens; the indexer moves them
+    /// back after a round. (A shrink left in the idle class until history held 75 % of (b)'s
+    /// log made twice the shrinks, smaller, and twice the base writes: docs/benchmarks.md,
+    /// sixteenth session.)
     pub(crate) fn keep_pace(&self) {
         let queued = lock(&self.incoming).len();
-        self.cpu.set_background(!self.urgent(queued));
+        self.cpu.set_background(!self.behind(queued));
     }
 
-    /// Whether the indexer must start a round now, with `queued` records waiting to be
-    /// indexed: a full batch waits, or the log is pressed (a shrink is due).
+    /// Whether history must catch up now, with `queued` records waiting to be indexed: a
+    /// full batch waits, or the log is pressed.
     pub(crate) fn behind(&self, queued: usize) -> bool {
         queued >= self.cfg.batch_records || self.log_pressed()
-    }
-
-    /// Whether history must catch up in the normal CPU class: a full batch waits (indexing
-    /// has fallen a batch behind while idle), or history holds more than [`URGENT`] of the
-    /// log — a shrink running in the idle class did not keep ahead of the writers, and at a
-    /// full log history would be cut. Below it, a shrink takes only the cores the write path
-    /// leaves: at depth 1 that is most of both, and the writer never waits for a shrink's
-    /// work to leave a core (docs/benchmarks.md, sixteenth session).
-    pub(crate) fn urgent(&self, queued: usize) -> bool {
-        queued >= self.cfg.batch_records || self.held_share() >= urgent_share(self.log_bytes())
-    }
-
-    /// The log's size in bytes (0 before history starts).
-    fn log_bytes(&self) -> f64 {
-        self.log.get().map_or(0.0, |log| {
-            let segments = log.stats().segments_total.load(Relaxed);
-            (segments * log.superblock().segment_bytes) as f64
-        })
     }
 
     /// The log let go of records the base did not have yet (it filled faster than the base
@@ -519,34 +497,13 @@ fn excess_share(held: f64, total: f64) -> f64 {
     ((held - to * total) / held).clamp(0.0, 1.0)
 }
 
-/// The share of a log of `log_bytes` history may hold before it shrinks in the normal CPU
-/// class: [`URGENT`], or less where that leaves under [`URGENT_ROOM`], never under
-/// [`PRESSURE`].
-fn urgent_share(log_bytes: f64) -> f64 {
-    if log_bytes <= 0.0 {
-        return PRESSURE;
-    }
-    URGENT.min(1.0 - URGENT_ROOM / log_bytes).max(PRESSURE)
-}
-
 fn nanos(d: std::time::Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{excess_share, urgent_share};
-
-    /// A shrink runs in the idle class only where the log leaves room for the writers.
-    #[test]
-    fn a_small_log_shrinks_in_the_normal_class_at_once() {
-        let gib = (1u64 << 30) as f64;
-        assert!((urgent_share(64.0 * 1024.0 * 1024.0) - 0.6).abs() < 1e-9);
-        assert!((urgent_share(2.0 * gib) - 0.6).abs() < 1e-9);
-        assert!((urgent_share(4.0 * gib) - 0.75).abs() < 1e-9);
-        assert!((urgent_share(16.0 * gib) - 0.8).abs() < 1e-9);
-        assert!((urgent_share(0.0) - 0.6).abs() < 1e-9);
-    }
+    use super::excess_share;
 
     /// What a shrink leaves history of the log: 40 % when pressed at 60 %, less the further
     /// past it, never under 20 %; nothing when it holds nothing.

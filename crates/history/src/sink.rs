@@ -67,11 +67,9 @@ impl Inner {
         // can fill the log within one, and the round that shrinks history needs these
         // indexed.
         if self.behind(queued) {
-            if self.urgent(queued) {
-                // From the log's completion path, which is never starved: history's threads
-                // may be in the idle class while a CPU-bound writer takes every core.
-                self.cpu.set_background(false);
-            }
+            // From the log's completion path, which is never starved: history's threads may
+            // be in the idle class while a CPU-bound writer takes every core.
+            self.cpu.set_background(false);
             self.wake.notify_one();
         }
     }

@@ -332,6 +332,9 @@ impl Case {
                     .zip(v.image.iter())
                     .position(|(a, b)| a != b)
                     .unwrap_or(0);
+                if trace() {
+                    eprintln!("index levels {:?}", h.index().levels());
+                }
                 panic!(
                     "seed {}: as of @{} byte {at} differs (sector {}); window @{}..@{}, {} versions, last @{}",
                     self.seed,
