@@ -319,9 +319,8 @@ impl Inner {
     /// Puts history's threads in the idle CPU class while it keeps pace — the log not pressed,
     /// less than a batch waiting to be indexed — and in the normal class otherwise. The sink
     /// moves them to the normal class as soon as either happens; the indexer moves them
-    /// back after a round. (A shrink left in the idle class until history held 75 % of (b)'s
-    /// log made twice the shrinks, smaller, and twice the base writes: docs/benchmarks.md,
-    /// sixteenth session.)
+    /// back after a round. (Leaving a shrink in the idle class until history held 75 % of
+    /// (b)'s log did not help its depth-1 p99: docs/benchmarks.md, sixteenth session.)
     pub(crate) fn keep_pace(&self) {
         let queued = lock(&self.incoming).len();
         self.cpu.set_background(!self.behind(queued));
