@@ -334,6 +334,13 @@ impl Case {
                     .unwrap_or(0);
                 if trace() {
                     eprintln!("index levels {:?}", h.index().levels());
+                    for p in mariner_history::pieces::covering((at / 512) as u64) {
+                        let found = h
+                            .index()
+                            .tree()
+                            .newest_at_or_before(VOL, p.key_lba(), v.vseq);
+                        eprintln!("level {}: {:?}", p.level, found.map(|f| f.map(|(s, _)| s)));
+                    }
                 }
                 panic!(
                     "seed {}: as of @{} byte {at} differs (sector {}); window @{}..@{}, {} versions, last @{}",
@@ -377,7 +384,9 @@ fn trace() -> bool {
 /// `MARINER_HISTORY_MODEL_BURSTS`: one step in a hundred writes more than the log holds with
 /// no round between, so the log cuts history. Off by default while it finds an open bug: a
 /// later crash loses an index entry of a write made after the seed that followed a cut
-/// (seeds 30 and 79 with it on; the seed at start-up as well as the one while running).
+/// (seeds 30 and 79 with it on; the seed at start-up as well as the one while running): the
+/// B+tree then has no key at or below the write for the sector at any level, though reads
+/// as of it were right before that crash.
 fn bursts() -> bool {
     std::env::var_os("MARINER_HISTORY_MODEL_BURSTS").is_some()
 }
