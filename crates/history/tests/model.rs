@@ -112,20 +112,13 @@ impl Case {
             .unwrap_or_else(|e| panic!("seed {}: history start: {e}", self.seed));
         // A volume whose history broke (the log cut it) is seeded again, as the node does
         // at start-up, from the current image (the oracle's).
-        if !h.follows(VOL) && !self.versions.is_empty() {
-            let image = mariner_disk::MemDisk::from_vec(self.image.clone());
-            let last = self.versions.last().unwrap();
-            let at = SeedPoint {
-                seq: rec.last_seq,
-                timestamp_ns: rec.last_ts,
-                volume_seq: last.vseq,
-            };
-            h.seed(VOL, &image, SIZE, 512, at, &[])
-                .unwrap_or_else(|e| panic!("seed {}: reseed: {e}", self.seed));
-        }
+        let broken = !h.follows(VOL) && !self.versions.is_empty();
         self.last_seq = self.last_seq.max(rec.last_seq);
         self.log = Some(log);
         self.h = Some(h);
+        if broken {
+            self.seed_from_oracle(rec.last_seq, rec.last_ts, "reseed");
+        }
     }
 
     fn close(&mut self) {
@@ -204,22 +197,28 @@ impl Case {
         }
         // The newest record: appended here, found at open, or a rollback's.
         let durable = self.log.as_ref().unwrap().stats().durable_seq.load(Relaxed);
-        let last = self.versions.last().unwrap();
-        let at = SeedPoint {
-            seq: self.last_seq.max(durable),
-            timestamp_ns: last.ts,
-            volume_seq: last.vseq,
-        };
-        let image = mariner_disk::MemDisk::from_vec(self.image.clone());
-        self.h()
-            .seed(VOL, &image, SIZE, 512, at, &[])
-            .unwrap_or_else(|e| panic!("seed {}: reseed while running: {e}", self.seed));
+        let ts = self.versions.last().unwrap().ts;
+        self.seed_from_oracle(self.last_seq.max(durable), ts, "reseed while running");
         assert!(
             self.h().follows(VOL),
             "seed {}: still broken after a reseed",
             self.seed
         );
         c.live_reseeds += 1;
+    }
+
+    /// Seeds the volume's history from the oracle's current image, as of log record `seq`
+    /// (timestamp `ts`) and the newest acknowledged write.
+    fn seed_from_oracle(&self, seq: u64, ts: u64, what: &str) {
+        let image = mariner_disk::MemDisk::from_vec(self.image.clone());
+        let at = SeedPoint {
+            seq,
+            timestamp_ns: ts,
+            volume_seq: self.versions.last().unwrap().vseq,
+        };
+        self.h()
+            .seed(VOL, &image, SIZE, 512, at, &[])
+            .unwrap_or_else(|e| panic!("seed {}: {what}: {e}", self.seed));
     }
 
     fn crash(&mut self, c: &mut Counters) {

@@ -74,18 +74,7 @@ fn a_log_full_before_the_window_ends_shrinks_history_loudly_not_the_writes() {
     // Three times what the log holds, through fio's nbd engine, as fast as it writes: every
     // write acknowledged, and history's roll-forward keeps pace (were the log to cut history,
     // it would be seeded again only at the next start).
-    let out = run(std::process::Command::new("fio").args([
-        "--name=fill",
-        "--ioengine=nbd",
-        &format!("--uri={}", s.url("vol0")),
-        "--rw=randwrite",
-        "--bs=64k",
-        "--iodepth=8",
-        "--size=256M",
-        "--io_size=384M",
-        "--randrepeat=0",
-    ]));
-    assert!(out.contains("err= 0"), "{out}");
+    fio_fill(&s.url("vol0"), "256M", "384M");
     eventually("history shrank", || {
         s.metric("mariner_history_shrinks_total") > 0.0
     });
@@ -151,18 +140,7 @@ fn a_history_the_log_cut_is_seeded_again_while_serving() {
     qemu_io(&url, &["write -P 1 0 1M"]);
     // Twice what the 64 MiB log holds, while history's base does not roll forward: the log
     // cuts history rather than make the writers wait, and history breaks.
-    let out = run(std::process::Command::new("fio").args([
-        "--name=fill",
-        "--ioengine=nbd",
-        &format!("--uri={url}"),
-        "--rw=randwrite",
-        "--bs=64k",
-        "--iodepth=8",
-        "--size=32M",
-        "--io_size=128M",
-        "--randrepeat=0",
-    ]));
-    assert!(out.contains("err= 0"), "{out}");
+    fio_fill(&url, "32M", "128M");
     eventually("the log cut history", || {
         s.metric("mariner_history_cuts_total") >= 1.0
     });

@@ -313,18 +313,7 @@ fn an_export_the_log_shrinks_past_is_marked_expired_and_fails_with_eio() {
     // the pinned instant — shrinking never waits for a forgotten export — and keep pace with
     // the log (never cut).
     require("fio");
-    let out = run(std::process::Command::new("fio").args([
-        "--name=fill",
-        "--ioengine=nbd",
-        &format!("--uri={url}"),
-        "--rw=randwrite",
-        "--bs=64k",
-        "--iodepth=8",
-        "--size=32M",
-        "--io_size=192M",
-        "--randrepeat=0",
-    ]));
-    assert!(out.contains("err= 0"), "{out}");
+    fio_fill(&url, "32M", "192M");
     eventually("the export is marked expired", || {
         json(&s, &["snapshot", "list"])[0]["expired"].is_string()
     });

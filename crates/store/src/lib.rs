@@ -184,6 +184,9 @@ pub struct Store {
     /// a load instead of a lock all connections share.
     short_of_space: AtomicBool,
     paused: AtomicBool,
+    /// Whether `Queue::rest` holds a job: the applier looks at it after every round without
+    /// taking the queue's lock, which the log's completion path takes for every record.
+    rest_queued: AtomicBool,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// The only time the store reads: the system's, or a simulation's virtual clock.
     clock: Arc<dyn Clock>,
@@ -233,6 +236,7 @@ impl Store {
             out_of_space: Mutex::new(None),
             short_of_space: AtomicBool::new(false),
             paused: AtomicBool::new(false),
+            rest_queued: AtomicBool::new(false),
             thread: Mutex::new(None),
             clock,
             stepped: Mutex::new(None),

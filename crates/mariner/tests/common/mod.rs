@@ -189,6 +189,24 @@ impl Drop for Server {
 /// fails its test instead of hanging the suite.
 pub const RUN_LIMIT: Duration = Duration::from_secs(300);
 
+/// 64 KiB random writes at depth 8 through fio's nbd engine, `io_size` in all over the first
+/// `size` of the export at `url`; asserts fio saw no error and returns its report.
+pub fn fio_fill(url: &str, size: &str, io_size: &str) -> String {
+    let out = run(Command::new("fio").args([
+        "--name=fill",
+        "--ioengine=nbd",
+        &format!("--uri={url}"),
+        "--rw=randwrite",
+        "--bs=64k",
+        "--iodepth=8",
+        &format!("--size={size}"),
+        &format!("--io_size={io_size}"),
+        "--randrepeat=0",
+    ]));
+    assert!(out.contains("err= 0"), "{out}");
+    out
+}
+
 /// Runs a command, asserting success within [`RUN_LIMIT`]; returns stdout.
 pub fn run(cmd: &mut Command) -> String {
     let out = output_within(cmd, RUN_LIMIT);

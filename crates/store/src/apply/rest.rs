@@ -5,6 +5,7 @@
 //! the log let go of records the base lacked; crates/history/src/seed.rs).
 
 use std::collections::BTreeMap;
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use std::sync::Arc;
 
 use mariner_disk::Disk;
@@ -35,7 +36,7 @@ impl AtRest<'_> {
     /// Volume `id`'s image and its size in bytes, if the store has it.
     pub fn image(&self, id: u32) -> Option<(Arc<dyn Disk>, u64)> {
         let image = self.store.image(id).ok()?;
-        let size = image.size.load(std::sync::atomic::Ordering::Relaxed);
+        let size = image.size.load(Relaxed);
         Some((Arc::clone(&image.disk), size))
     }
 }
@@ -48,20 +49,22 @@ impl Store {
     pub fn at_rest(&self, job: RestJob) {
         if let Ok(mut q) = self.queue.lock() {
             q.rest.push(job);
+            self.rest_queued.store(true, Release);
         }
         self.wake.notify_all();
     }
 
     /// Runs the jobs waiting for the images at rest, at the applier's position `c`.
     pub(super) fn run_rest_jobs(&self, c: &Cursor) {
+        if !self.rest_queued.load(Acquire) {
+            return;
+        }
         let (jobs, pending) = {
             let Ok(mut q) = self.queue.lock() else {
                 return;
             };
-            if q.rest.is_empty() {
-                return;
-            }
             let jobs = std::mem::take(&mut q.rest);
+            self.rest_queued.store(false, Relaxed);
             // Only the gapless run from `c.next`: a record missing from it may yet arrive.
             let pending: Vec<(RecordHeader, LogAddr)> = q
                 .items
