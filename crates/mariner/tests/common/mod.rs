@@ -89,7 +89,11 @@ impl Server {
             // iSCSI defaults to port 3260; tests in parallel each take a free port.
             .args(["--iscsi-listen", "127.0.0.1:0"])
             .args(extra)
-            .env("RUST_LOG", "info")
+            // MARINER_TEST_LOG (a RUST_LOG filter) turns a server's debug output on.
+            .env(
+                "RUST_LOG",
+                std::env::var("MARINER_TEST_LOG").unwrap_or_else(|_| "info".into()),
+            )
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -190,9 +194,10 @@ impl Drop for Server {
 pub const RUN_LIMIT: Duration = Duration::from_secs(300);
 
 /// 64 KiB random writes at depth 8 through fio's nbd engine, `io_size` in all over the first
-/// `size` of the export at `url`; asserts fio saw no error and returns its report.
-pub fn fio_fill(url: &str, size: &str, io_size: &str) -> String {
-    let out = run(Command::new("fio").args([
+/// `size` of the export at `url`, with fio's `extra` options (e.g. `--rate=`); asserts fio
+/// saw no error and returns its report.
+pub fn fio_fill(url: &str, size: &str, io_size: &str, extra: &[&str]) -> String {
+    let out = run(Command::new("fio").args(extra).args([
         "--name=fill",
         "--ioengine=nbd",
         &format!("--uri={url}"),
