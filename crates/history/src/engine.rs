@@ -328,9 +328,12 @@ impl History {
         // The records history needs start right above what it indexed. If the log let go of
         // some (it cut history while history was down or failed), the bases cannot have them:
         // those volumes are broken until seeded again, and indexing goes on from what is there.
+        // The lowest, not the first: replay goes in log order, and the void records recovery
+        // wrote for an earlier crash's gaps lie after newer records.
         let first = replayed
-            .first()
+            .iter()
             .map(|e| e.seq)
+            .min()
             .into_iter()
             .chain(recovery.voided.iter().copied())
             .min();

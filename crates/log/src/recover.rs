@@ -14,6 +14,13 @@
 //! Each device resumes in a fresh segment after its newest one, so nothing is ever appended after
 //! a torn tail.
 //!
+//! A gap is a void only above a must-hold watermark: the log never lets go of records a
+//! must-hold holder keeps, so what it cut from a shrinkable holder (history) lies at or below
+//! that watermark. With no must-hold holder the replay watermark is the shrinkable holder's,
+//! and records cut from it after its last release would be taken for gaps and voided (the
+//! history model test once lost index entries that way); the node always opens the log with
+//! the store's must-hold holder.
+//!
 //! Two watermarks (crate::holders): the segments that still hold records above the lowest
 //! holder's watermark (history's, say) stay in use; the records above the lowest must-hold
 //! watermark (the store's) are what recovery hands over for replay, and where it looks for

@@ -137,6 +137,7 @@ impl Case {
                     .blocking_recv()
                     .map_err(|e| e.to_string())?
                     .map_err(|e| e.to_string())?;
+                super::applied(&log);
                 // Acknowledged: the oracle follows.
                 match data {
                     Some(d) => image[range].copy_from_slice(d),
