@@ -58,6 +58,9 @@ pub struct HistoryConfig {
     pub kind: HoldKind,
     /// A rollback saves its cursor after this many bytes written (`rollback.rs`).
     pub rollback_save_bytes: u64,
+    /// Most sequence numbers one roll-forward round, or one round of a prune, takes on (their
+    /// digest entries are in memory meanwhile; `retention.rs`).
+    pub round_records: u64,
     /// No roll-forward until the log has cut history once (tests of what follows a cut;
     /// `[test] history_rolls_stalled_until_cut`).
     pub rolls_stalled_until_cut: bool,
@@ -75,6 +78,7 @@ impl Default for HistoryConfig {
             background: true,
             kind: HoldKind::Shrinkable,
             rollback_save_bytes: 4 << 20,
+            round_records: crate::retention::ROUND_RECORDS,
             rolls_stalled_until_cut: false,
         }
     }

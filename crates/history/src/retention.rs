@@ -33,8 +33,8 @@ use crate::state::FLAG_BROKEN;
 use crate::{DigestEntry, HistoryError};
 
 /// Most records one roll-forward round applies (their digest entries, 64 bytes each, are in
-/// memory while it runs: 8 MiB).
-const ROUND_RECORDS: u64 = 131_072;
+/// memory while it runs: 8 MiB); the default of `HistoryConfig::round_records`.
+pub(crate) const ROUND_RECORDS: u64 = 131_072;
 /// Share of the log history may hold before it rolls forward early (shrinks).
 const PRESSURE: f64 = 0.6;
 /// Share of the log a shrink brings what history holds back to.
@@ -119,7 +119,7 @@ impl Inner {
         if from >= indexed {
             return Ok(());
         }
-        let through = indexed.min(from.saturating_add(ROUND_RECORDS));
+        let through = indexed.min(from.saturating_add(self.cfg.round_records));
         let mut entries = Vec::new();
         lock(&self.digests).for_each(from, through, None, |e| {
             entries.push(*e);
@@ -404,9 +404,12 @@ impl Inner {
 
     /// Removes the index entries of the records the bases now hold, then the digests no
     /// longer needed. `known`: those records, when the caller has them (else they are read
-    /// from the digests). Crash-safe: the state's `pruned_seq` says where to resume.
+    /// from the digests). In rounds of at most `round_records` sequence numbers, each saved:
+    /// after a seed the bases jump over every record since the old base (days of them, after
+    /// a long cut), which would not fit in memory at once. Crash-safe: the state's
+    /// `pruned_seq` says where to resume.
     pub(crate) fn prune(&self, known: Option<&[DigestEntry]>) -> Result<(), HistoryError> {
-        let (pruned, upto) = {
+        let (mut pruned, upto) = {
             let st = lock(&self.state);
             let upto = st
                 .volumes
@@ -417,35 +420,32 @@ impl Inner {
                 .min(st.indexed_seq);
             (st.pruned_seq, upto)
         };
-        if upto > pruned {
+        // `known` holds every record from its first on; those before it (an earlier prune
+        // cut short) come from the digests.
+        let known_from = known.and_then(|k| k.first()).map_or(u64::MAX, |e| e.seq);
+        while upto > pruned {
+            let through = upto.min(pruned.saturating_add(self.cfg.round_records));
             let mut entries = Vec::new();
-            match known {
-                Some(k) => entries.extend(
-                    k.iter()
-                        .filter(|e| e.seq > pruned && e.seq <= upto)
-                        .copied(),
-                ),
-                None => lock(&self.digests).for_each(pruned, upto, None, |e| {
+            let from_digests = through.min(known_from.saturating_sub(1));
+            if from_digests > pruned {
+                lock(&self.digests).for_each(pruned, from_digests, None, |e| {
                     entries.push(*e);
                     Ok(())
-                })?,
+                })?;
             }
-            // Entries before `known` starts (an earlier prune cut short) come from the digests.
-            if let Some(first) = entries.first().map(|e| e.seq) {
-                if first > pruned + 1 && known.is_some() {
-                    let mut older = Vec::new();
-                    lock(&self.digests).for_each(pruned, first - 1, None, |e| {
-                        older.push(*e);
-                        Ok(())
-                    })?;
-                    older.extend(entries);
-                    entries = older;
-                }
+            if let Some(k) = known {
+                let after = pruned.max(from_digests);
+                entries.extend(
+                    k.iter()
+                        .filter(|e| e.seq > after && e.seq <= through)
+                        .copied(),
+                );
             }
             let removed = self.index.remove(&entries)?;
             self.stats.keys_removed.fetch_add(removed as u64, Relaxed);
-            lock(&self.state).pruned_seq = upto;
+            lock(&self.state).pruned_seq = through;
             self.save(true)?;
+            pruned = through;
         }
         let holds = {
             let st = lock(&self.state);

@@ -174,6 +174,8 @@ pub fn history_cfg(window: Duration) -> HistoryConfig {
         state_interval: Duration::ZERO,
         background: false,
         rollback_save_bytes: 8 << 10,
+        // Roll-forwards and prunes of several rounds (a seed jumps the base over a burst).
+        round_records: 24,
         ..HistoryConfig::default()
     }
 }
