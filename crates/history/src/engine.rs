@@ -109,6 +109,8 @@ pub struct HistoryStats {
     pub resumed_rolls: AtomicU64,
     /// Base images copied from a current image.
     pub seeds: AtomicU64,
+    /// Declared gaps (`RecordKind::HistoryGap`) that broke a volume's history.
+    pub gaps: AtomicU64,
 }
 
 /// What readers see of a volume: which instants can be read, and where the base stands.
@@ -118,6 +120,10 @@ pub(crate) struct View {
     /// The newest record history has of the volume (tail included).
     pub last_vseq: u64,
     pub last_ts: u64,
+    /// The newest declared gap of the volume history has (tail included): above the base,
+    /// the history is broken from the moment the record is durable, before the indexer marks
+    /// it ([`View::broken`]).
+    pub gap_seq: u64,
 }
 
 pub(crate) struct Inner {
@@ -257,6 +263,7 @@ impl History {
                     state: *v,
                     last_vseq: v.base_vseq,
                     last_ts: v.base_ts,
+                    gap_seq: 0,
                 },
             );
         }
@@ -641,6 +648,7 @@ impl Inner {
                         state: v,
                         last_vseq,
                         last_ts,
+                        gap_seq: 0,
                     },
                 );
             }
@@ -659,6 +667,26 @@ impl Inner {
             RecordKind::VolumeDeleted => {
                 if let Some(v) = st.volumes.get_mut(&e.volume) {
                     v.flags |= FLAG_DELETED;
+                }
+            }
+            RecordKind::HistoryGap => {
+                // Writes the base and the index never saw: nothing after the gap can be
+                // rebuilt from them. The history breaks and is seeded again from the current
+                // image, as after a cut; its window starts there, so instants before and
+                // inside the gap are refused as outside it.
+                if let Some(v) = st.volumes.get_mut(&e.volume) {
+                    if v.flags & FLAG_BROKEN == 0 && v.base_seq < e.seq {
+                        v.flags |= FLAG_BROKEN;
+                        self.stats.gaps.fetch_add(1, Relaxed);
+                        tracing::warn!(
+                            volume = e.volume,
+                            from_ns = e.offset,
+                            to_ns = e.timestamp_ns,
+                            "history: a gap was declared in the volume's history (writes it never \
+                             saw): what came before is no longer readable; history starts again \
+                             from the current image"
+                        );
+                    }
                 }
             }
             _ => {}

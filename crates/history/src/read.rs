@@ -51,6 +51,12 @@ impl std::fmt::Display for Window {
 }
 
 impl View {
+    /// Marked broken, or a gap was declared above the base (the indexer marks it at its next
+    /// round; readers must not wait for that).
+    pub(crate) fn broken(&self) -> bool {
+        self.state.flags & FLAG_BROKEN != 0 || self.gap_seq > self.state.base_seq
+    }
+
     /// The oldest readable instant: the base's, or a roll-forward's target while it runs.
     fn oldest(&self) -> Point {
         let s = &self.state;
@@ -98,8 +104,7 @@ impl History {
     /// marks it at its next round; readers must not wait for that).
     fn broken(&self, v: &View) -> bool {
         let cut = self.inner.holder.get().and_then(|h| h.cut_to());
-        v.state.flags & FLAG_BROKEN != 0
-            || cut.is_some_and(|c| c > v.state.base_seq && c > v.state.rolling_seq)
+        v.broken() || cut.is_some_and(|c| c > v.state.base_seq && c > v.state.rolling_seq)
     }
 
     /// The instants of `volume` that can be read now.

@@ -36,19 +36,19 @@ impl History {
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .get(&volume)
-            .is_some_and(|v| v.state.flags & crate::state::FLAG_BROKEN == 0)
+            .is_some_and(|v| !v.broken())
     }
 
     /// Volumes whose history broke while history ran — the log let go of records their
     /// base lacked — and that are not deleted: each waits for [`History::seed`].
     pub fn broken_volumes(&self) -> Vec<u32> {
-        use crate::state::{FLAG_BROKEN, FLAG_DELETED};
+        use crate::state::FLAG_DELETED;
         self.inner
             .views
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .iter()
-            .filter(|(_, v)| v.state.flags & FLAG_BROKEN != 0 && v.state.flags & FLAG_DELETED == 0)
+            .filter(|(_, v)| v.broken() && v.state.flags & FLAG_DELETED == 0)
             .map(|(&id, _)| id)
             .collect()
     }
@@ -181,6 +181,7 @@ impl History {
                 state: v,
                 last_vseq,
                 last_ts,
+                gap_seq: w.gap_seq,
             };
         }
         inner.save(true)?;

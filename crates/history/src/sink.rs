@@ -119,6 +119,9 @@ pub(crate) fn note_in_view(
             v.last_vseq = e.volume_seq;
             v.last_ts = e.timestamp_ns;
         }
+        if e.kind == RecordKind::HistoryGap {
+            v.gap_seq = v.gap_seq.max(e.seq);
+        }
     }
 }
 
@@ -134,6 +137,7 @@ pub(crate) fn provisional_view(views: &mut BTreeMap<u32, View>, e: &DigestEntry)
             state: VolumeState::created(e),
             last_vseq: e.volume_seq,
             last_ts: e.timestamp_ns,
+            gap_seq: 0,
         },
     );
 }

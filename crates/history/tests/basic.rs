@@ -308,3 +308,80 @@ fn each_volume_keeps_its_own_window_and_a_deleted_one_stays_readable_until_it_le
     h.shutdown(false).unwrap();
     log.shutdown();
 }
+
+/// A declared gap (`RecordKind::HistoryGap`: writes history never saw) breaks the volume's
+/// history as soon as the record is durable, before it is indexed, and across a restart; once
+/// seeded again from the current image, the window starts there: instants before and inside
+/// the gap are refused as outside it, and the writes after the seed read back.
+#[test]
+fn a_declared_gap_breaks_history_until_it_is_seeded_again() {
+    let rig = Rig::new();
+    let (log, h) = rig.open(Duration::from_secs(3600));
+    let created = append(
+        &log,
+        Entry::extent(RecordKind::VolumeCreated, VOL, SIZE, 512),
+    );
+    let mut o = Oracle {
+        image: vec![0; SIZE as usize],
+        after: BTreeMap::new(),
+        ts: BTreeMap::new(),
+    };
+    o.after.insert(created.volume_seq, o.image.clone());
+    o.ts.insert(created.volume_seq, created.timestamp_ns);
+    write_some(&log, &mut o, 40, 5);
+    h.flush().unwrap();
+    check_all(&h, &o, 0);
+    let before_gap = *o.after.keys().last().unwrap();
+    // Writes the node applied while history did not see them, then the gap that says so.
+    o.image[..4096].fill(0xEE);
+    let gap = append(
+        &log,
+        Entry::extent(RecordKind::HistoryGap, VOL, o.ts[&before_gap], 0),
+    );
+    // Broken at once, not at the next round.
+    assert!(matches!(h.window(VOL), Err(HistoryError::Broken(VOL))));
+    assert_eq!(h.broken_volumes(), vec![VOL]);
+    assert!(!h.follows(VOL));
+    // And after a restart, indexed or not.
+    h.shutdown(false).unwrap();
+    log.shutdown();
+    drop((log, h));
+    let (log, h) = rig.open(Duration::from_secs(3600));
+    assert!(matches!(h.window(VOL), Err(HistoryError::Broken(VOL))));
+    h.flush().unwrap();
+    assert!(matches!(h.window(VOL), Err(HistoryError::Broken(VOL))));
+    assert_eq!(h.stats().gaps.load(std::sync::atomic::Ordering::Relaxed), 1);
+    // Seeded again from the current image, as of the gap record.
+    let image = MemDisk::from_vec(o.image.clone());
+    let at = mariner_history::SeedPoint {
+        seq: gap.seq,
+        timestamp_ns: gap.timestamp_ns,
+        volume_seq: gap.volume_seq,
+    };
+    h.seed(VOL, &image, SIZE, 512, at, &[]).unwrap();
+    assert!(h.follows(VOL));
+    let w = h.window(VOL).unwrap();
+    assert_eq!(w.oldest.volume_seq, gap.volume_seq, "{w:?}");
+    let mut b = vec![0u8; 4096];
+    // (The gap record is an instant of its own, @before_gap + 1: the window's start.)
+    assert_eq!(gap.volume_seq, before_gap + 1);
+    for asked in [before_gap - 1, before_gap] {
+        let r = h.read_at(VOL, asked, 0, &mut b);
+        assert!(
+            matches!(r, Err(HistoryError::Expired { .. })),
+            "@{asked}: {r:?}"
+        );
+    }
+    let err = h.resolve(VOL, At::Seq(before_gap)).unwrap_err().to_string();
+    assert!(err.contains("window"), "{err}");
+    o.after.clear();
+    o.ts.clear();
+    o.after.insert(gap.volume_seq, o.image.clone());
+    o.ts.insert(gap.volume_seq, gap.timestamp_ns);
+    write_some(&log, &mut o, 20, 6);
+    check_all(&h, &o, 0);
+    h.flush().unwrap();
+    check_all(&h, &o, 0);
+    h.shutdown(false).unwrap();
+    log.shutdown();
+}

@@ -401,8 +401,14 @@ fn history_metrics(out: &mut String, node: &Node) {
         (
             "mariner_history_seeds_total",
             "Base images copied from a volume's current image (history started, or started \
-             again after a cut).",
+             again after a cut or a declared gap).",
             &s.seeds,
+        ),
+        (
+            "mariner_history_gaps_total",
+            "Gaps declared in a volume's history (writes history never saw) that started its \
+             history again.",
+            &s.gaps,
         ),
     ] {
         counter(out, name, help, v.load(Relaxed));
