@@ -34,7 +34,7 @@ pub enum LogError {
         found: u128,
         expected: u128,
     },
-    #[error("log device {dev} says it is device {found} of {count}; the configuration lists it as {dev} of {configured}")]
+    #[error("log device {dev} says it is device {found} of {count}; the configuration lists it as {dev} of {configured} (if a `mariner log grow` was cut short, run it again)")]
     WrongPosition {
         dev: usize,
         found: u16,

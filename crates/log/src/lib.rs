@@ -22,6 +22,7 @@ pub mod stats;
 
 mod dispatch;
 mod error;
+mod grow;
 mod read;
 mod recover;
 mod replay;
@@ -44,6 +45,7 @@ use tokio::sync::oneshot;
 pub use dispatch::Dispatch;
 pub use error::{FormatError, LogError};
 pub use format::{LogAddr, RecordHeader, RecordKind, Superblock, DATA_OFFSET, RECORD_HEADER_LEN};
+pub use grow::Grown;
 pub use holders::{Hold, HoldKind, Holder, HolderSpec};
 pub use mariner_placement::LinearModel;
 pub use recover::Recovery;

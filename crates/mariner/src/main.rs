@@ -187,6 +187,21 @@ enum LogCmd {
     Dump(logtool::LogArgs),
     /// Check every log device: superblocks, records, checksums, sequence numbers.
     Verify(logtool::LogArgs),
+    /// Give a stopped server's log more room, so history keeps a longer window: adds log
+    /// files the size of the first (log/log1, log/log2, ...) until the log holds SIZE in all.
+    /// Every record is kept; run it again if it was cut short. A configuration that lists
+    /// [log] devices must list the new files too.
+    Grow(LogGrowArgs),
+}
+
+#[derive(clap::Args)]
+struct LogGrowArgs {
+    /// Data directory whose log to grow (no server may run on it).
+    #[arg(long, env = "MARINER_DATA", default_value = "mariner-data")]
+    data: std::path::PathBuf,
+    /// What the log should hold in all, rounded up to whole files of the first's size.
+    #[arg(long, value_parser = parse_size, allow_hyphen_values = true)]
+    size: ByteSize,
 }
 
 /// glibc raises its mmap threshold after the first large buffers are freed and then keeps
@@ -219,6 +234,12 @@ fn main() -> ExitCode {
         Command::Rollback(a) => history_cmd::rollback(a),
         Command::Log(LogCmd::Dump(a)) => logtool::dump(&a),
         Command::Log(LogCmd::Verify(a)) => logtool::verify(&a),
+        Command::Log(LogCmd::Grow(a)) => mariner_node::log_grow::grow_log(&a.data, a.size.as_u64())
+            .map(|g| {
+                println!("{g}");
+                ExitCode::SUCCESS
+            })
+            .map_err(|e| e.to_string()),
         Command::Sim(a) => sim_cmd::run(&a),
     };
     match result {

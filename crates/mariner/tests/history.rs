@@ -191,3 +191,66 @@ fn a_history_the_log_cut_is_seeded_again_while_serving() {
     );
     ok(&s, &["snapshot", "remove", "vol0@after"]);
 }
+
+#[test]
+fn a_grown_log_keeps_history_and_holds_more_of_it() {
+    require("fio");
+    require("qemu-io");
+    let dir = scratch("history-grow");
+    let data = dir.path().join("data");
+    let mut s = Server::start(&data, SMALL);
+    let url = s.url("vol0");
+    qemu_io(&url, &["write -P 1 0 1M"]);
+    ok(&s, &["history", "mark", "vol0", "before"]);
+    qemu_io(&url, &["write -P 2 0 1M"]);
+    // Not while a server runs on it.
+    let o = std::process::Command::new(mariner_bin())
+        .args(["log", "grow", "--size", "256MiB", "--data"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("in use"), "{}", stderr(&o));
+    assert!(s.stop().success());
+    // Four times the 64 MiB log: three files like the first.
+    let grow = |size: &str| {
+        run(std::process::Command::new(mariner_bin())
+            .args(["log", "grow", "--size", size, "--data"])
+            .arg(&data))
+    };
+    let out = grow("256MiB");
+    assert!(out.contains("to 256 MiB (4 devices)"), "{out}");
+    for i in 1..4 {
+        assert!(data.join(format!("log/log{i}")).is_file(), "{out}");
+    }
+    assert!(grow("200MiB").contains("nothing to do"));
+    let s = Server::start(&data, SMALL);
+    // History kept: the mark's instant reads what was written before it.
+    let url = s.url("vol0");
+    let x = json(
+        &s,
+        &[
+            "snapshot",
+            "export",
+            "vol0",
+            "--at",
+            "mark:before",
+            "--name",
+            "b",
+        ],
+    );
+    let before = x["nbd"][0].as_str().unwrap().to_string();
+    holds(&before, 1, "0", "1M");
+    // Twice what the old log held: the grown one keeps it all, without shrinking.
+    fio_fill(&url, "32M", "128M", &["--rate=64m"]);
+    assert_eq!(
+        s.metric("mariner_history_shrinks_total"),
+        0.0,
+        "{}",
+        s.log()
+    );
+    assert_eq!(s.metric("mariner_history_cuts_total"), 0.0);
+    assert_eq!(s.metric("mariner_log_stalled_writes"), 0.0);
+    holds(&before, 1, "0", "1M");
+    ok(&s, &["snapshot", "remove", "vol0@b"]);
+}

@@ -19,14 +19,6 @@ fn eventually(what: &str, mut f: impl FnMut() -> bool) {
     }
 }
 
-/// `qemu-io -r -c "read -P <p> <off> <len>"` on `url` must succeed: the bytes are all `p`
-/// (read-only, so it opens read-only exports too).
-fn holds(url: &str, pattern: u8, off: &str, len: &str) {
-    let cmd = format!("read -P {pattern} {off} {len}");
-    let o = qemu_io_output(&["-r"], url, &[&cmd]);
-    assert!(qemu_io_succeeded(&o), "{url}: {cmd}: {}", output_text(&o));
-}
-
 fn export(s: &Server, args: &[&str]) -> Value {
     let mut a = vec!["snapshot", "export"];
     a.extend_from_slice(args);

@@ -204,6 +204,16 @@ fn create_log_file(path: &Path, size: u64, first: &mut FirstStart) -> Result<(),
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
         first.create_dir_all(parent)?;
     }
+    create_zeroed(path, size, |p| first.created.push(p.to_path_buf()))
+}
+
+/// Creates the log file `path` of `size` bytes (it must not exist), calling `created` once it
+/// exists, and writes it with zeros.
+pub(crate) fn create_zeroed(
+    path: &Path,
+    size: u64,
+    created: impl FnOnce(&Path),
+) -> Result<(), NodeError> {
     let free = free_bytes(path);
     if free.is_some_and(|free| free < size) {
         return Err(no_space(path, size, free));
@@ -213,7 +223,7 @@ fn create_log_file(path: &Path, size: u64, first: &mut FirstStart) -> Result<(),
         .write(true)
         .open(path)
         .map_err(|e| io_at(path, e))?;
-    first.created.push(path.to_path_buf());
+    created(path);
     // Write zeros rather than fallocate: on ext4 a write into a fallocated (unwritten) extent
     // makes the next fdatasync commit the journal, which made 4 KiB log writes ~1.8x slower
     // here (docs/benchmarks.md). Zeroing once gives steady-state speed from the first write.

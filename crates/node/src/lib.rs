@@ -13,6 +13,7 @@ pub mod history;
 mod image;
 mod initialise;
 pub mod iscsi;
+pub mod log_grow;
 pub mod logdevices;
 pub mod metrics;
 pub mod nbd;

@@ -697,6 +697,14 @@ pub fn qemu_io_output(args: &[&str], url: &str, cmds: &[&str]) -> Output {
     c.arg(url).output().unwrap()
 }
 
+/// `qemu-io -r -c "read -P <p> <off> <len>"` on `url` must succeed: the bytes are all `p`
+/// (read-only, so it opens read-only exports too).
+pub fn holds(url: &str, pattern: u8, off: &str, len: &str) {
+    let cmd = format!("read -P {pattern} {off} {len}");
+    let o = qemu_io_output(&["-r"], url, &[&cmd]);
+    assert!(qemu_io_succeeded(&o), "{url}: {cmd}: {}", output_text(&o));
+}
+
 /// qemu-io's stdout then stderr.
 pub fn output_text(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)

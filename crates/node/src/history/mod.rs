@@ -159,7 +159,8 @@ fn say_what_the_log_holds(h: &History, log: &Log) {
             "history keeps {} of writes, but the log ({} MiB) holds that only while writes \
              average under {:.0} bytes/s; at 1 MiB/s it holds {}, at 100 MiB/s {} — beyond, \
              history shrinks from its oldest end (mariner_history_window_seconds, `mariner \
-             status`). A larger log ([log] file_size, or more devices) keeps more.",
+             status`). A larger log keeps more: `mariner log grow` while the server is stopped \
+             (history kept).",
             human(window),
             log_bytes >> 20,
             rate,

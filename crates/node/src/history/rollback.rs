@@ -151,8 +151,8 @@ impl Node {
         if bytes > room {
             return Err(NodeError::BadRequest(format!(
                 "rolling volume {volume} back writes {}, but the log has room for {} before \
-                 history must shrink (it holds {} of a {} log): a larger log ([log] file_size \
-                 or more devices) can take it",
+                 history must shrink (it holds {} of a {} log): a larger log can take it \
+                 (`mariner log grow` while the server is stopped)",
                 crate::human_bytes(bytes),
                 crate::human_bytes(room),
                 crate::human_bytes(held),

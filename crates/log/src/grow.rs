@@ -1,0 +1,158 @@
+//! Growing a closed log by devices: more room, every record and every holder's watermark kept
+//! (issue 17: "the log can grow without losing history").
+//!
+//! A log grows by whole devices of its geometry (segment size and count), not by segments on
+//! the devices it has. Each device is a ring written in order, `(segment + 1) %
+//! segment_count`, and recovery finds the segments in use as one run around it from the
+//! oldest still held to the newest ([`crate::recover`]). Segments added at a device's end lie
+//! inside that run whenever it wraps — the common case for a log that has run a while — so
+//! the writer would reach them only after everything before them (the oldest records,
+//! history's window) was let go of. A new device is a ring of its own, all of it free at once:
+//! the writer spreads batches over it beside the others, and recovery merges the devices by
+//! sequence number as always. No record moves, so every address history's index keeps stays
+//! valid.
+//!
+//! Crash safety: the new devices are formatted (naming the new device count) and synced before
+//! any existing device's superblock is rewritten, one device at a time. A crash before the
+//! first rewrite leaves the log as it was: it opens with its old devices (the new ones, which
+//! nothing lists yet, hold no record). A crash after it leaves the superblocks disagreeing on
+//! the device count, which an open refuses ([`LogError::WrongPosition`]) and the same grow,
+//! run again, completes: it accepts new devices formatted by the run cut short.
+
+use std::sync::Arc;
+
+use mariner_disk::{AlignedBuf, Disk};
+
+use crate::format::{self, Superblock};
+use crate::superblocks::read_superblock;
+use crate::{Log, LogError};
+
+/// What [`Log::add_devices`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Grown {
+    pub devices_before: usize,
+    pub devices_after: usize,
+    /// Bytes of segments per device (every device has the same).
+    pub device_log_bytes: u64,
+}
+
+impl Log {
+    /// Adds `added` as the log's next devices (files are sized to the log's devices, a block
+    /// device must be that large): the closed log `log_id` on `devices` then has
+    /// `devices.len() + added.len()` of them, opened in that order.
+    pub fn add_devices(
+        devices: &[Arc<dyn Disk>],
+        added: &[Arc<dyn Disk>],
+        log_id: u128,
+    ) -> Result<Grown, LogError> {
+        let (n, total) = (devices.len(), devices.len() + added.len());
+        let count = u16::try_from(total)
+            .ok()
+            .filter(|&c| c <= 64)
+            .ok_or_else(|| LogError::Config("at most 64 log devices".into()))?;
+        if devices.is_empty() {
+            return Err(LogError::Config("no log devices".into()));
+        }
+        let sbs = read_existing(devices, log_id, count)?;
+        let first = sbs[0];
+        let grown = Grown {
+            devices_before: n,
+            devices_after: total,
+            device_log_bytes: first.segment_count * first.segment_bytes,
+        };
+        let need = first.data_offset + first.segment_count * first.segment_bytes;
+        for (j, disk) in added.iter().enumerate() {
+            let dev = n + j;
+            let io = |source| LogError::Io { dev, source };
+            let sb = Superblock {
+                device_index: dev as u16,
+                device_count: count,
+                device_bytes: need,
+                ..first
+            };
+            match read_superblock(disk.as_ref(), dev) {
+                // Formatted by a grow to the same devices that was cut short (every field
+                // comes from device 0's superblock, its creation time too).
+                Ok(found) if found == sb => continue,
+                Ok(_) => return Err(LogError::AlreadyFormatted { dev }),
+                Err(_) => {}
+            }
+            let len = disk.len().map_err(io)?;
+            if len < need {
+                disk.set_len(need).map_err(|_| LogError::TooSmall {
+                    dev,
+                    bytes: len,
+                    need,
+                })?;
+            }
+            write_superblock(disk.as_ref(), dev, &sb)?;
+        }
+        for (dev, (disk, sb)) in devices.iter().zip(&sbs).enumerate() {
+            if sb.device_count != count {
+                let sb = Superblock {
+                    device_count: count,
+                    ..*sb
+                };
+                write_superblock(disk.as_ref(), dev, &sb)?;
+            }
+        }
+        Ok(grown)
+    }
+}
+
+/// The existing devices' superblocks, checked as an open checks them except that the device
+/// count may already be `count` (a grow cut short).
+fn read_existing(
+    devices: &[Arc<dyn Disk>],
+    log_id: u128,
+    count: u16,
+) -> Result<Vec<Superblock>, LogError> {
+    let mut sbs: Vec<Superblock> = Vec::with_capacity(devices.len());
+    for (dev, disk) in devices.iter().enumerate() {
+        let sb = read_superblock(disk.as_ref(), dev)?;
+        if sb.log_id != log_id {
+            return Err(LogError::ForeignDevice {
+                dev,
+                found: sb.log_id,
+                expected: log_id,
+            });
+        }
+        let counted = usize::from(sb.device_count) == devices.len() || sb.device_count == count;
+        if usize::from(sb.device_index) != dev || !counted {
+            return Err(LogError::WrongPosition {
+                dev,
+                found: sb.device_index,
+                count: sb.device_count,
+                configured: devices.len(),
+            });
+        }
+        if let Some(first) = sbs.first() {
+            let same = |a: &Superblock| {
+                (
+                    a.segment_bytes,
+                    a.segment_count,
+                    a.align_bytes,
+                    a.data_offset,
+                )
+            };
+            if same(first) != same(&sb) {
+                return Err(LogError::GeometryMismatch { dev });
+            }
+        }
+        sbs.push(sb);
+    }
+    Ok(sbs)
+}
+
+/// Writes device `dev`'s superblock in place: the block holding it is read and written back
+/// whole, so whatever else an aligned block at offset 0 holds stays; then syncs.
+fn write_superblock(disk: &dyn Disk, dev: usize, sb: &Superblock) -> Result<(), LogError> {
+    let io = |source| LogError::Io { dev, source };
+    let align = disk.alignment().max(512);
+    let len = align.max(format::SUPERBLOCK_LEN);
+    let mut buf = AlignedBuf::new(len, align).map_err(io)?;
+    disk.read_at(&mut buf, 0).map_err(io)?;
+    buf[..format::SUPERBLOCK_LEN].copy_from_slice(&sb.encode());
+    disk.write_at(&buf, 0).map_err(io)?;
+    disk.sync().map_err(io)
+}
