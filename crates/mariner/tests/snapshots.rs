@@ -306,7 +306,7 @@ fn an_export_the_log_shrinks_past_is_marked_expired_and_fails_with_eio() {
     // must shrink past the pinned instant — shrinking never waits for a forgotten export —
     // and keep pace with the log (never cut).
     require("fio");
-    fio_fill(&url, "32M", "192M", &["--rate=64m"]);
+    fio_fill(&url, "32M", "192M", &["--rate=32m"]);
     eventually("the export is marked expired", || {
         json(&s, &["snapshot", "list"])[0]["expired"].is_string()
     });
