@@ -75,4 +75,6 @@ print("restart: current I/O after %.2f s (target <= 5 s), historical reads after
 print("peak RSS %.0f MiB, cgroup peak (with page cache) %.0f MiB; target RSS <= %.0f MiB (index %.0f + store %.0f + 64)"
       % (hwm / 2**20, peak / 2**20, target / 2**20, index / 2**20, store / 2**20))
 PY
+# Where the restart's time went: the log's recovery (records replayed, bytes scanned, ms).
+grep -E 'recovery complete|history|serving' "$D/srv/serve.log" | tail -4 >&2 || true
 rm -rf "$D/srv"
