@@ -383,7 +383,7 @@ impl Default for StoreSection {
             payload_budget: None,
             apply_idle_ms: 20,
             apply_max_delay_ms: 30_000,
-            apply_max_held: ByteSize::gib(2),
+            apply_max_held: ByteSize::gib(1),
         }
     }
 }
