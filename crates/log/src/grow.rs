@@ -24,7 +24,7 @@ use std::sync::Arc;
 use mariner_disk::{AlignedBuf, Disk};
 
 use crate::format::{self, Superblock};
-use crate::superblocks::read_superblock;
+use crate::superblocks::{check_superblocks_growing, read_superblock};
 use crate::{Log, LogError};
 
 /// What [`Log::add_devices`] did.
@@ -53,7 +53,7 @@ impl Log {
         if devices.is_empty() {
             return Err(LogError::Config("no log devices".into()));
         }
-        let sbs = read_existing(devices, log_id, count)?;
+        let sbs = check_superblocks_growing(devices, log_id, Some(count))?;
         let first = sbs[0];
         let grown = Grown {
             devices_before: n,
@@ -98,50 +98,6 @@ impl Log {
         }
         Ok(grown)
     }
-}
-
-/// The existing devices' superblocks, checked as an open checks them except that the device
-/// count may already be `count` (a grow cut short).
-fn read_existing(
-    devices: &[Arc<dyn Disk>],
-    log_id: u128,
-    count: u16,
-) -> Result<Vec<Superblock>, LogError> {
-    let mut sbs: Vec<Superblock> = Vec::with_capacity(devices.len());
-    for (dev, disk) in devices.iter().enumerate() {
-        let sb = read_superblock(disk.as_ref(), dev)?;
-        if sb.log_id != log_id {
-            return Err(LogError::ForeignDevice {
-                dev,
-                found: sb.log_id,
-                expected: log_id,
-            });
-        }
-        let counted = usize::from(sb.device_count) == devices.len() || sb.device_count == count;
-        if usize::from(sb.device_index) != dev || !counted {
-            return Err(LogError::WrongPosition {
-                dev,
-                found: sb.device_index,
-                count: sb.device_count,
-                configured: devices.len(),
-            });
-        }
-        if let Some(first) = sbs.first() {
-            let same = |a: &Superblock| {
-                (
-                    a.segment_bytes,
-                    a.segment_count,
-                    a.align_bytes,
-                    a.data_offset,
-                )
-            };
-            if same(first) != same(&sb) {
-                return Err(LogError::GeometryMismatch { dev });
-            }
-        }
-        sbs.push(sb);
-    }
-    Ok(sbs)
 }
 
 /// Writes device `dev`'s superblock in place: the block holding it is read and written back

@@ -104,6 +104,16 @@ pub(crate) fn check_superblocks(
     devices: &[Arc<dyn Disk>],
     log_id: u128,
 ) -> Result<Vec<Superblock>, LogError> {
+    check_superblocks_growing(devices, log_id, None)
+}
+
+/// As [`check_superblocks`], except that a device may already count `grown_to` devices (a
+/// grow to that many cut short: `grow.rs`).
+pub(crate) fn check_superblocks_growing(
+    devices: &[Arc<dyn Disk>],
+    log_id: u128,
+    grown_to: Option<u16>,
+) -> Result<Vec<Superblock>, LogError> {
     if devices.is_empty() {
         return Err(LogError::Config("no log devices".into()));
     }
@@ -117,7 +127,9 @@ pub(crate) fn check_superblocks(
                 expected: log_id,
             });
         }
-        if usize::from(sb.device_index) != dev || usize::from(sb.device_count) != devices.len() {
+        let counted = usize::from(sb.device_count) == devices.len()
+            || grown_to.is_some_and(|n| sb.device_count == n);
+        if usize::from(sb.device_index) != dev || !counted {
             return Err(LogError::WrongPosition {
                 dev,
                 found: sb.device_index,
