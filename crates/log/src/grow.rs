@@ -21,10 +21,12 @@
 
 use std::sync::Arc;
 
-use mariner_disk::{AlignedBuf, Disk};
+use mariner_disk::Disk;
 
-use crate::format::{self, Superblock};
-use crate::superblocks::{check_superblocks_growing, read_superblock};
+use crate::format::Superblock;
+use crate::superblocks::{
+    check_superblocks_growing, read_superblock, rewrite_superblock, write_new_superblock,
+};
 use crate::{Log, LogError};
 
 /// What [`Log::add_devices`] did.
@@ -50,9 +52,6 @@ impl Log {
             .ok()
             .filter(|&c| c <= 64)
             .ok_or_else(|| LogError::Config("at most 64 log devices".into()))?;
-        if devices.is_empty() {
-            return Err(LogError::Config("no log devices".into()));
-        }
         let sbs = check_superblocks_growing(devices, log_id, Some(count))?;
         let first = sbs[0];
         let grown = Grown {
@@ -85,7 +84,7 @@ impl Log {
                     need,
                 })?;
             }
-            write_superblock(disk.as_ref(), dev, &sb)?;
+            write_new_superblock(disk.as_ref(), dev, &sb)?;
         }
         for (dev, (disk, sb)) in devices.iter().zip(&sbs).enumerate() {
             if sb.device_count != count {
@@ -93,22 +92,9 @@ impl Log {
                     device_count: count,
                     ..*sb
                 };
-                write_superblock(disk.as_ref(), dev, &sb)?;
+                rewrite_superblock(disk.as_ref(), dev, &sb)?;
             }
         }
         Ok(grown)
     }
-}
-
-/// Writes device `dev`'s superblock in place: the block holding it is read and written back
-/// whole, so whatever else an aligned block at offset 0 holds stays; then syncs.
-fn write_superblock(disk: &dyn Disk, dev: usize, sb: &Superblock) -> Result<(), LogError> {
-    let io = |source| LogError::Io { dev, source };
-    let align = disk.alignment().max(512);
-    let len = align.max(format::SUPERBLOCK_LEN);
-    let mut buf = AlignedBuf::new(len, align).map_err(io)?;
-    disk.read_at(&mut buf, 0).map_err(io)?;
-    buf[..format::SUPERBLOCK_LEN].copy_from_slice(&sb.encode());
-    disk.write_at(&buf, 0).map_err(io)?;
-    disk.sync().map_err(io)
 }

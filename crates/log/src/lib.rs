@@ -35,10 +35,11 @@ use std::sync::{Arc, Mutex};
 use clock::{Clock, SystemClock};
 use superblocks::{
     check_config, check_superblocks, max_payload, new_superblock, raise_generation_floor,
+    write_new_superblock,
 };
 
 use bytes::Bytes;
-use mariner_disk::{AlignedBuf, Disk};
+use mariner_disk::Disk;
 use mariner_placement::{Policy, PolicyConfig};
 use tokio::sync::oneshot;
 
@@ -242,12 +243,7 @@ impl Log {
         let segments = sbs.iter().map(|s| s.segment_count).min().unwrap_or(0);
         for (dev, (disk, mut sb)) in devices.iter().zip(sbs).enumerate() {
             sb.segment_count = segments;
-            let align = disk.alignment().max(cfg.align_bytes as usize);
-            let io = |source| LogError::Io { dev, source };
-            let mut buf = AlignedBuf::new(align.max(4096), align).map_err(io)?;
-            buf[..format::SUPERBLOCK_LEN].copy_from_slice(&sb.encode());
-            disk.write_at(&buf, 0).map_err(io)?;
-            disk.sync().map_err(io)?;
+            write_new_superblock(disk.as_ref(), dev, &sb)?;
         }
         Ok(())
     }

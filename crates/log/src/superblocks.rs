@@ -1,5 +1,6 @@
-//! Superblocks and generation floors: writing them at format time, reading and checking them
-//! at open (docs/FORMATS.md), and the limits the configuration and the superblock set.
+//! Superblocks and generation floors: writing them at format time (and a grown log's device
+//! count in place), reading and checking them at open (docs/FORMATS.md), and the limits the
+//! configuration and the superblock set.
 
 use std::sync::Arc;
 
@@ -52,6 +53,38 @@ pub(crate) fn raise_generation_floor(
 }
 
 /// The largest write payload: what fits a segment, at most 4 MiB so a segment holds several.
+/// Writes a new device's superblock: block 0 holds it and zeros (no generation floor yet),
+/// then syncs. A new log ([`crate::Log::format`]) and a grown one's new devices (`grow.rs`).
+pub(crate) fn write_new_superblock(
+    disk: &dyn Disk,
+    dev: usize,
+    sb: &Superblock,
+) -> Result<(), LogError> {
+    let io = |source| LogError::Io { dev, source };
+    let align = disk.alignment().max(sb.align_bytes as usize);
+    let mut buf = AlignedBuf::new(align.max(4096), align).map_err(io)?;
+    buf[..format::SUPERBLOCK_LEN].copy_from_slice(&sb.encode());
+    disk.write_at(&buf, 0).map_err(io)?;
+    disk.sync().map_err(io)
+}
+
+/// Rewrites device `dev`'s superblock in place: the block holding it is read and written back
+/// whole, so whatever else an aligned block at offset 0 holds stays; then syncs.
+pub(crate) fn rewrite_superblock(
+    disk: &dyn Disk,
+    dev: usize,
+    sb: &Superblock,
+) -> Result<(), LogError> {
+    let io = |source| LogError::Io { dev, source };
+    let align = disk.alignment().max(512);
+    let len = align.max(format::SUPERBLOCK_LEN);
+    let mut buf = AlignedBuf::new(len, align).map_err(io)?;
+    disk.read_at(&mut buf, 0).map_err(io)?;
+    buf[..format::SUPERBLOCK_LEN].copy_from_slice(&sb.encode());
+    disk.write_at(&buf, 0).map_err(io)?;
+    disk.sync().map_err(io)
+}
+
 pub(crate) fn max_payload(sb: &Superblock) -> u32 {
     let max = sb.segment_bytes - RECORD_HEADER_LEN as u64 - u64::from(sb.align_bytes);
     u32::try_from(max.min(4 << 20)).unwrap_or(u32::MAX)

@@ -159,18 +159,7 @@ fn a_history_the_log_cut_is_seeded_again_while_serving() {
     qemu_io(&url, &["write -P 4 0 4M"]);
     ok(&s, &["history", "mark", "vol0", "after"]);
     qemu_io(&url, &["write -P 5 0 64k"]);
-    let x = json(
-        &s,
-        &[
-            "snapshot",
-            "export",
-            "vol0",
-            "--at",
-            "mark:after",
-            "--name",
-            "after",
-        ],
-    );
+    let x = common::history::export(&s, "vol0", "mark:after", "after");
     let then = copy_out(x["nbd"][0].as_str().unwrap(), &dir.path().join("then.raw"));
     assert_eq!(then.len(), now.len());
     assert!(
@@ -203,42 +192,27 @@ fn a_grown_log_keeps_history_and_holds_more_of_it() {
     qemu_io(&url, &["write -P 1 0 1M"]);
     ok(&s, &["history", "mark", "vol0", "before"]);
     qemu_io(&url, &["write -P 2 0 1M"]);
+    let grow = |size: &str| {
+        let mut c = std::process::Command::new(mariner_bin());
+        c.args(["log", "grow", "--size", size, "--data"]).arg(&data);
+        c
+    };
     // Not while a server runs on it.
-    let o = std::process::Command::new(mariner_bin())
-        .args(["log", "grow", "--size", "256MiB", "--data"])
-        .arg(&data)
-        .output()
-        .unwrap();
+    let o = grow("256MiB").output().unwrap();
     assert!(!o.status.success());
     assert!(stderr(&o).contains("in use"), "{}", stderr(&o));
     assert!(s.stop().success());
     // Four times the 64 MiB log: three files like the first.
-    let grow = |size: &str| {
-        run(std::process::Command::new(mariner_bin())
-            .args(["log", "grow", "--size", size, "--data"])
-            .arg(&data))
-    };
-    let out = grow("256MiB");
+    let out = run(&mut grow("256MiB"));
     assert!(out.contains("to 256 MiB (4 devices)"), "{out}");
     for i in 1..4 {
         assert!(data.join(format!("log/log{i}")).is_file(), "{out}");
     }
-    assert!(grow("200MiB").contains("nothing to do"));
+    assert!(run(&mut grow("200MiB")).contains("nothing to do"));
     let s = Server::start(&data, SMALL);
     // History kept: the mark's instant reads what was written before it.
     let url = s.url("vol0");
-    let x = json(
-        &s,
-        &[
-            "snapshot",
-            "export",
-            "vol0",
-            "--at",
-            "mark:before",
-            "--name",
-            "b",
-        ],
-    );
+    let x = common::history::export(&s, "vol0", "mark:before", "b");
     let before = x["nbd"][0].as_str().unwrap().to_string();
     holds(&before, 1, "0", "1M");
     // Twice what the old log held: the grown one keeps it all, without shrinking.

@@ -86,7 +86,6 @@ pub fn grow_log(root: &Path, size: u64) -> Result<LogGrown, NodeError> {
         .len()
         .map_err(|e| NodeError::Io(format!("{}: {e}", paths[0].display())))?
         .max(sb.data_offset + sb.segment_count * sb.segment_bytes);
-    let file_bytes = per_device;
     let n = devices.len();
     let wanted = size.div_ceil(per_device.max(1)) as usize;
     let mut grown = LogGrown {
@@ -106,14 +105,14 @@ pub fn grow_log(root: &Path, size: u64) -> Result<LogGrown, NodeError> {
             human_bytes(per_device)
         )));
     }
+    std::fs::create_dir_all(dir.path("log"))
+        .map_err(|e| NodeError::Io(format!("{}: {e}", dir.path("log").display())))?;
     let mut added: Vec<Arc<dyn Disk>> = Vec::new();
     for i in n..wanted {
         let path = dir.path(&format!("log/log{i}"));
         if !path.exists() {
-            std::fs::create_dir_all(dir.path("log"))
-                .map_err(|e| NodeError::Io(format!("{}: {e}", dir.path("log").display())))?;
             let mut made = false;
-            let r = create_zeroed(&path, file_bytes, |_| made = true);
+            let r = create_zeroed(&path, per_device, |_| made = true);
             if let Err(e) = r {
                 if made {
                     let _ = std::fs::remove_file(&path);
