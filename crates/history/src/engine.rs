@@ -145,7 +145,13 @@ pub(crate) struct Inner {
     pub holder: OnceLock<Holder>,
     pub stats: HistoryStats,
     pub(crate) stop: AtomicBool,
-    failed: Mutex<Option<String>>,
+    pub(crate) failed: Mutex<Option<String>>,
+    /// Held by a round of the roller, and by the indexer while it applies a batch's
+    /// lifecycle records (`workers.rs`).
+    pub(crate) rounds: Mutex<()>,
+    /// Where the roller waits between looks, woken at stop.
+    pub(crate) roller_idle: Mutex<()>,
+    pub(crate) roller_wake: Condvar,
     /// When history last warned that it shrank (warnings at most once a minute).
     pub last_warning: Mutex<Option<Instant>>,
     pub roll_due: Mutex<crate::retention::RollDue>,
@@ -176,7 +182,7 @@ struct Indexer {
 #[derive(Clone)]
 pub struct History {
     pub(crate) inner: Arc<Inner>,
-    thread: Arc<Mutex<Option<JoinHandle<()>>>>,
+    threads: Arc<Mutex<Vec<JoinHandle<()>>>>,
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -290,6 +296,9 @@ impl History {
             stats: HistoryStats::default(),
             stop: AtomicBool::new(false),
             failed: Mutex::new(None),
+            rounds: Mutex::new(()),
+            roller_idle: Mutex::new(()),
+            roller_wake: Condvar::new(),
             last_warning: Mutex::new(None),
             roll_due: Mutex::default(),
             cpu,
@@ -300,7 +309,7 @@ impl History {
         };
         let h = Self {
             inner: Arc::new(inner),
-            thread: Arc::new(Mutex::new(None)),
+            threads: Arc::new(Mutex::new(Vec::new())),
         };
         // Rollbacks a stop interrupted: their pins are taken again before anything rolls.
         h.load_rollbacks()?;
@@ -377,22 +386,29 @@ impl History {
         inner.note_newest()?;
         inner.note_tail_newest();
         if inner.cfg.background {
-            let me = Arc::clone(&self.inner);
-            let t = std::thread::Builder::new()
-                .name("history".into())
-                .spawn(move || me.run())
-                .map_err(|source| HistoryError::Io {
-                    path: "history thread".into(),
-                    source,
-                })?;
-            *lock(&self.thread) = Some(t);
+            type Loop = fn(Arc<Inner>);
+            let loops: [(&str, Loop); 2] = [
+                ("history", Inner::run_indexer),
+                ("history-roll", Inner::run_roller),
+            ];
+            for (name, body) in loops {
+                let me = Arc::clone(&self.inner);
+                let t = std::thread::Builder::new()
+                    .name(name.into())
+                    .spawn(move || body(me))
+                    .map_err(|source| HistoryError::Io {
+                        path: format!("{name} thread").into(),
+                        source,
+                    })?;
+                lock(&self.threads).push(t);
+            }
         }
         Ok(())
     }
 
-    /// One round of the indexer (what the background thread does in a loop): indexes the
-    /// records received so far, saves the state when due, rolls the base forward when due.
-    /// Returns whether it did anything.
+    /// One round of what the background threads do (`workers.rs`), on the caller's thread:
+    /// indexes the records received so far, saves the state when due, rolls the base
+    /// forward when due. Returns whether it indexed anything.
     pub fn step(&self) -> Result<bool, HistoryError> {
         self.inner.step(true)
     }
@@ -406,8 +422,9 @@ impl History {
     /// Stops the indexer thread (after a last flush when `flush`).
     pub fn shutdown(&self, flush: bool) -> Result<(), HistoryError> {
         self.inner.stop.store(true, Relaxed);
-        self.inner.wake.notify_all();
-        if let Some(t) = lock(&self.thread).take() {
+        self.inner.wake_all();
+        let threads = std::mem::take(&mut *lock(&self.threads));
+        for t in threads {
             let _ = t.join();
         }
         let flushed = if flush {
@@ -493,47 +510,21 @@ impl State {
 }
 
 impl Inner {
-    fn run(self: Arc<Self>) {
-        let _class = self.cpu.join();
-        while !self.stop.load(Relaxed) {
-            {
-                // A batch is a full one or what came in one interval (`batch_wait`, asked
-                // again at every wake-up): each costs syncs.
-                let started = Instant::now();
-                let mut q = lock(&self.incoming);
-                while q.len() < self.cfg.batch_records && !self.stop.load(Relaxed) {
-                    let Some(left) = self.batch_wait().checked_sub(started.elapsed()) else {
-                        break;
-                    };
-                    q = self
-                        .wake
-                        .wait_timeout(q, left)
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .0;
-                }
-            }
-            let stepped = self.step(true);
-            self.keep_pace();
-            if let Err(e) = stepped {
-                tracing::error!(
-                    error = %e,
-                    "history stopped: writes go on, but history is not kept until a restart"
-                );
-                *lock(&self.failed) = Some(e.to_string());
-                self.stop.store(true, Relaxed);
-                // Writers must not wait for a history that will not release again (under
-                // the throttle policy it holds like the store): let the log have it all.
-                // The next start finds the records it lacks gone and seeds again.
-                if let (Some(log), Some(h)) = (self.log.get(), self.holder.get()) {
-                    h.release(log.stats().durable_seq.load(Relaxed));
-                }
-                return;
-            }
+    /// One round on the caller's thread: indexes what arrived; `maintain`: then also saves
+    /// the state when due and rolls forward when due (what the two background threads do
+    /// apart, `workers.rs`).
+    fn step(&self, maintain: bool) -> Result<bool, HistoryError> {
+        let did = self.index_arrived()?;
+        if maintain {
+            self.save(false)?;
+            self.maintain()?;
         }
+        Ok(did)
     }
 
-    /// One indexing round; `maintain`: also save the state when due and roll forward.
-    fn step(&self, maintain: bool) -> Result<bool, HistoryError> {
+    /// Indexes the records received so far, in sequence order up to the first missing one,
+    /// a batch at most. Returns whether it indexed any.
+    pub(crate) fn index_arrived(&self) -> Result<bool, HistoryError> {
         let arrived = std::mem::take(&mut *lock(&self.incoming));
         let mut ix = lock(&self.indexer);
         for e in arrived {
@@ -557,11 +548,6 @@ impl Inner {
         if did {
             self.index_batch(&batch)?;
         }
-        if maintain {
-            self.check_cut();
-            self.save(false)?;
-            self.roll_forward_if_due()?;
-        }
         Ok(did)
     }
 
@@ -569,6 +555,12 @@ impl Inner {
     fn index_batch(&self, batch: &[DigestEntry]) -> Result<(), HistoryError> {
         let mut kept = Vec::with_capacity(batch.len());
         {
+            // Volumes created, resized, deleted or broken change the bases: not while a
+            // round applies to them.
+            let _round = batch
+                .iter()
+                .any(|e| !e.kind.changes_data() && e.kind != RecordKind::Void)
+                .then(|| lock(&self.rounds));
             let mut st = lock(&self.state);
             for e in batch {
                 self.apply_lifecycle(&mut st, e)?;

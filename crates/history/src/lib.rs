@@ -38,6 +38,7 @@ mod seed;
 mod sink;
 pub mod state;
 mod tail;
+mod workers;
 
 pub use changes::{Bucket, Changes, Extent};
 pub use engine::{History, HistoryConfig, HistoryStats, HOLDER};
