@@ -16,7 +16,8 @@
 # 10.3; a 20 s window shrank 30 times), and 15 s of 4 KiB writes at ~30 k/s index ~450 k
 # records (~25x the budget); (b)'s log holds ~560 k records before it shrinks.
 # Usage: bench/history-overhead.sh   env: SECS=600 WARM=30 ROUNDS=1 LOG_A=16GiB WINDOW_A=10s
-#        LOG_B=4GiB WINDOW_B=7d INDEX_MEMORY=1MiB VOLUME=8GiB
+#        LOG_B=4GiB WINDOW_B=7d INDEX_MEMORY=1MiB VOLUME=8GiB CONFIGS="a b" (a probe may run one;
+#        a run of record runs both)
 . "$(dirname "$0")/lib.sh"
 case ${1:-} in -h | --help) sed -n '2,/^\. /p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;; esac
 SECS=${SECS:-600}
@@ -28,6 +29,7 @@ LOG_B=${LOG_B:-4GiB}
 WINDOW_B=${WINDOW_B:-7d}
 INDEX_MEMORY=${INDEX_MEMORY:-1MiB}
 VOLUME=${VOLUME:-8GiB}
+CONFIGS=${CONFIGS:-a b}
 build_release
 D=$SCRATCH/history-overhead
 OUT=$D/samples.tsv
@@ -95,10 +97,14 @@ EOF
 
 echo "label	iops_d32	p50_d1_us	p99_d1_us	seq_1M_iops(=MiB/s)	cpu_us_per_write	rolled_MB_s	shrinks	lag_p99_s"
 for r in $(seq 1 "$ROUNDS"); do
-  run "a-off" "$LOG_A" off
-  run "a-on" "$LOG_A" "$WINDOW_A"
-  run "b-off" "$LOG_B" off
-  run "b-on" "$LOG_B" "$WINDOW_B"
+  case " $CONFIGS " in *" a "*)
+    run "a-off" "$LOG_A" off
+    run "a-on" "$LOG_A" "$WINDOW_A" ;;
+  esac
+  case " $CONFIGS " in *" b "*)
+    run "b-off" "$LOG_B" off
+    run "b-on" "$LOG_B" "$WINDOW_B" ;;
+  esac
 done
 python3 - "$OUT" <<'EOF'
 import sys, statistics as st
