@@ -45,7 +45,7 @@ pub use engine::{History, HistoryConfig, HistoryStats, HOLDER};
 pub use error::HistoryError;
 pub use index::IndexConfig;
 pub use pins::PinId;
-pub use read::{At, Point, Window};
+pub use read::{At, Held, Point, Window, ALLOCATION_SPAN};
 pub use rollback::{RollbackStatus, RollbackWrite};
 pub use seed::SeedPoint;
 

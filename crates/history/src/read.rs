@@ -12,6 +12,21 @@ use crate::pieces::{sectors_of, SECTOR};
 use crate::state::FLAG_BROKEN;
 use crate::HistoryError;
 
+/// Most bytes one [`History::allocation_at`] describes (its per-sector versions, 24 bytes
+/// each, are in memory meanwhile: 3 MiB).
+pub const ALLOCATION_SPAN: u64 = 64 << 20;
+
+/// How a stretch of a volume as of an instant is held ([`History::allocation_at`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Held {
+    /// Bytes a write put there (in the log, or in the base image's allocated blocks).
+    Data,
+    /// Zeros a trim or write-zeroes put there.
+    Zero,
+    /// Nothing the base image holds: reads as zeros.
+    Hole,
+}
+
 /// An instant as a user names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum At {
@@ -178,6 +193,127 @@ impl History {
             .map(|e| e.timestamp_ns))
     }
 
+    /// The read-locked views' entry for `volume`, if `at` can be read as of now.
+    fn readable(
+        &self,
+        views: &std::collections::BTreeMap<u32, View>,
+        volume: u32,
+        at: u64,
+    ) -> Result<View, HistoryError> {
+        let view = *views
+            .get(&volume)
+            .ok_or(HistoryError::UnknownVolume(volume))?;
+        if self.broken(&view) {
+            return Err(HistoryError::Broken(volume));
+        }
+        let w = view.window();
+        if at < w.oldest.volume_seq || at > w.newest.volume_seq {
+            return Err(HistoryError::Expired {
+                volume,
+                asked: format!("@{at}"),
+                window: w.to_string(),
+            });
+        }
+        Ok(view)
+    }
+
+    /// For each sector of `[offset, offset + len)` (whole sectors), the version a read as of
+    /// `at` takes: the newest at or before it from the tail, else the index; `None` where
+    /// that is the base image's (none, or one at or below the base). Returns the first sector
+    /// too.
+    #[allow(clippy::type_complexity)]
+    fn sources(
+        &self,
+        view: &View,
+        volume: u32,
+        at: u64,
+        offset: u64,
+        len: u64,
+    ) -> Result<(u64, Vec<Option<(u64, Version)>>), HistoryError> {
+        let inner = &self.inner;
+        let bad = HistoryError::BadRange {
+            offset,
+            len,
+            size: view.state.size,
+        };
+        let (start, end) = sectors_of(offset, len).ok_or(bad)?;
+        let mut slots = inner.index.newest_range(volume, start, end, at)?;
+        inner
+            .tail
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .overlay(volume, start, end, at, &mut slots);
+        let base_vseq = view.state.base_vseq;
+        for s in &mut slots {
+            if s.is_some_and(|(vseq, _)| vseq <= base_vseq) {
+                *s = None;
+            }
+        }
+        Ok((start, slots))
+    }
+
+    /// How `[offset, offset + len)` of `volume` (whole sectors) is held as of its write `at`,
+    /// as runs in order: data where a write or the base image's allocated blocks hold it, zeros
+    /// where a trim or write-zeroes put them, holes where the base has none. Describes at most
+    /// [`ALLOCATION_SPAN`] bytes from `offset` (callers ask again for the rest), from the
+    /// index and the base's allocation map only: no payload is read.
+    pub fn allocation_at(
+        &self,
+        volume: u32,
+        at: u64,
+        offset: u64,
+        len: u64,
+    ) -> Result<Vec<(u64, Held)>, HistoryError> {
+        let inner = &self.inner;
+        let len = len.min(ALLOCATION_SPAN);
+        // Read-locked throughout, as for a read: the base does not move under the answer.
+        let views = inner.views.read().unwrap_or_else(PoisonError::into_inner);
+        let view = self.readable(&views, volume, at)?;
+        let (start, slots) = self.sources(&view, volume, at, offset, len)?;
+        let mut out: Vec<(u64, Held)> = Vec::new();
+        let mut push = |n: u64, held: Held| match out.last_mut() {
+            Some((l, h)) if *h == held => *l += n,
+            _ if n == 0 => {}
+            _ => out.push((n, held)),
+        };
+        let base = lock(&inner.bases).get(&volume).cloned();
+        let mut i = 0usize;
+        // Per sector: from the base (`None`), or zeros (`Some(true)`) or data from the log.
+        let kind = |s: Option<(u64, Version)>| s.map(|(_, v)| v == Version::Zero);
+        while i < slots.len() {
+            let first = kind(slots[i]);
+            let mut j = i + 1;
+            while j < slots.len() && kind(slots[j]) == first {
+                j += 1;
+            }
+            let at_byte = (start + i as u64) * SECTOR;
+            let bytes = (j - i) as u64 * SECTOR;
+            match first {
+                Some(false) => push(bytes, Held::Data),
+                Some(true) => push(bytes, Held::Zero),
+                None => {
+                    let Some(disk) = &base else {
+                        push(bytes, Held::Hole);
+                        i = j;
+                        continue;
+                    };
+                    let name = crate::engine::base_name(volume);
+                    let io = crate::engine::io_err(inner.files.as_ref(), &name);
+                    // Past the base file's end (a volume grown since): a hole.
+                    let have = disk.len().map_err(&io)?.saturating_sub(at_byte).min(bytes);
+                    if have > 0 {
+                        for e in disk.allocation(at_byte, have).map_err(&io)? {
+                            push(e.len, if e.allocated { Held::Data } else { Held::Hole });
+                        }
+                    }
+                    push(bytes - have, Held::Hole);
+                }
+            }
+            i = j;
+        }
+        Ok(out)
+    }
+
     /// Fills `out` with `volume`'s bytes at `offset` as of its write `at` (a volume sequence
     /// number from [`Self::resolve`]).
     pub fn read_at(
@@ -193,44 +329,14 @@ impl History {
         // new base (and then lets the log reuse what they might be reading) only after every
         // read that chose a version under the old one has finished.
         let views = inner.views.read().unwrap_or_else(PoisonError::into_inner);
-        let view = *views
-            .get(&volume)
-            .ok_or(HistoryError::UnknownVolume(volume))?;
-        if self.broken(&view) {
-            return Err(HistoryError::Broken(volume));
-        }
-        let w = view.window();
-        if at < w.oldest.volume_seq || at > w.newest.volume_seq {
-            return Err(HistoryError::Expired {
-                volume,
-                asked: format!("@{at}"),
-                window: w.to_string(),
-            });
-        }
-        let len = out.len() as u64;
-        let bad = HistoryError::BadRange {
-            offset,
-            len,
-            size: view.state.size,
-        };
-        let (start, end) = sectors_of(offset, len).ok_or(bad)?;
-        let mut slots = inner.index.newest_range(volume, start, end, at)?;
-        inner
-            .tail
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .overlay(volume, start, end, at, &mut slots);
-        let base_vseq = view.state.base_vseq;
-        let source = |s: Option<(u64, Version)>| match s {
-            Some((vseq, v)) if vseq > base_vseq => Some((vseq, v)),
-            _ => None,
-        };
+        let view = self.readable(&views, volume, at)?;
+        let (start, slots) = self.sources(&view, volume, at, offset, out.len() as u64)?;
         let mut i = 0usize;
         let mut from_base = false;
         while i < slots.len() {
-            let first = source(slots[i]);
+            let first = slots[i];
             let mut j = i + 1;
-            while j < slots.len() && source(slots[j]) == first {
+            while j < slots.len() && slots[j] == first {
                 j += 1;
             }
             let bytes = &mut out[i * SECTOR as usize..j * SECTOR as usize];

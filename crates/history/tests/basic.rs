@@ -10,7 +10,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use mariner_disk::{Disk, MemDisk};
 use mariner_history::files::MemFiles;
-use mariner_history::{At, History, HistoryConfig, HistoryError, IndexConfig};
+use mariner_history::{At, Held, History, HistoryConfig, HistoryError, IndexConfig};
 use mariner_log::clock::{Clock, VirtualClock};
 use mariner_log::{Entry, Log, LogConfig, RecordKind};
 
@@ -104,6 +104,24 @@ fn check_all(h: &History, o: &Oracle, from: u64) {
         let mut got = vec![0u8; SIZE as usize];
         h.read_at(VOL, vseq, 0, &mut got).unwrap();
         assert!(got == *image, "as of @{vseq}: differs");
+        // The allocation as of the instant covers the volume and says zeros or hole only
+        // where it reads as zeros.
+        let runs = h.allocation_at(VOL, vseq, 0, SIZE).unwrap();
+        let mut at = 0u64;
+        for (len, held) in runs {
+            let bytes = &image[at as usize..(at + len) as usize];
+            if held != Held::Data {
+                assert!(
+                    bytes.iter().all(|&b| b == 0),
+                    "as of @{vseq}: {held:?} at {at}+{len} over data"
+                );
+            }
+            at += len;
+        }
+        assert_eq!(
+            at, SIZE,
+            "as of @{vseq}: the allocation does not cover the volume"
+        );
         let p = h.resolve(VOL, At::Time(o.ts[&vseq])).unwrap();
         assert_eq!(p.volume_seq, vseq, "time of @{vseq} resolves elsewhere");
     }

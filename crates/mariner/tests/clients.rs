@@ -5,6 +5,7 @@
 
 mod common;
 
+use common::cli::{nbd_map, types_in};
 use common::*;
 use std::path::Path;
 use std::process::Command;
@@ -227,28 +228,6 @@ fn nbdinfo_json(url: &str) -> serde_json::Value {
     let out = run(Command::new("nbdinfo").arg("--json").arg(url));
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     v["exports"][0].clone()
-}
-
-/// `nbdinfo --map --json`: (offset, length, type) extents; type bit 0 = hole, bit 1 = zero.
-fn nbd_map(url: &str) -> Vec<(u64, u64, u64)> {
-    let out = run(Command::new("nbdinfo").args(["--map", "--json"]).arg(url));
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|e| {
-            let n = |k: &str| e[k].as_u64().unwrap();
-            (n("offset"), n("length"), n("type"))
-        })
-        .collect()
-}
-
-/// Types of the extents overlapping [offset, offset + len).
-fn types_in(map: &[(u64, u64, u64)], offset: u64, len: u64) -> Vec<u64> {
-    map.iter()
-        .filter(|&&(o, l, _)| o < offset + len && offset < o + l)
-        .map(|&(_, _, t)| t)
-        .collect()
 }
 
 #[test]

@@ -49,6 +49,13 @@ fn an_instant_is_an_export_of_its_own_over_nbd_and_iscsi() {
     holds(&nbd, 1, "0", "64k");
     holds(&nbd, 2, "1M", "4k");
     holds(&nbd, 0, "2M", "8k");
+    // Its allocation is the past's, from the index and the base, not "all data": what stage
+    // A wrote is data (type 0), what nothing wrote yet is a hole (3).
+    let map = nbd_map(&nbd);
+    assert_eq!(types_in(&map, 0, 64 << 10), [0], "{map:?}");
+    assert_eq!(types_in(&map, 64 << 10, 4 << 10), [3], "{map:?}");
+    assert_eq!(types_in(&map, 1 << 20, 4 << 10), [0], "{map:?}");
+    assert_eq!(types_in(&map, 2 << 20, 8 << 10), [3], "{map:?}");
     // The same over iSCSI, with the URL the command printed.
     let iscsi = a["iscsi"][0].as_str().unwrap().to_string();
     assert!(
@@ -71,6 +78,11 @@ fn an_instant_is_an_export_of_its_own_over_nbd_and_iscsi() {
     assert_eq!(now["volume_seq"].as_u64(), Some(newest), "{now}");
     holds(now["nbd"][0].as_str().unwrap(), 4, "2M", "8k");
     holds(now["nbd"][0].as_str().unwrap(), 0, "1M", "4k");
+    // Now the write-zeroes reads as zeros (type 2) and the later write as data.
+    let map = nbd_map(now["nbd"][0].as_str().unwrap());
+    assert_eq!(types_in(&map, 1 << 20, 4 << 10), [2], "{map:?}");
+    assert_eq!(types_in(&map, 2 << 20, 8 << 10), [0], "{map:?}");
+    assert_eq!(types_in(&map, 4 << 20, 4 << 10), [3], "{map:?}");
     let last = export(
         &s,
         &["vol0", "--at", &format!("@{newest}"), "--name", "last"],
@@ -169,6 +181,10 @@ fn exports_and_their_scratch_writes_survive_a_restart_and_go_with_remove() {
     holds(&sx, 7, "100000", "1000");
     holds(&sx, 0, "512k", "64k");
     holds(&url, 5, "0", "1M");
+    // The scratch's pages are data over the past's map.
+    let map = nbd_map(&sx);
+    assert_eq!(types_in(&map, 0, 1 << 20), [0], "{map:?}");
+    assert_eq!(types_in(&map, 1 << 20, 4 << 10), [3], "{map:?}");
     let ro = export(&s, &["vol0", "--at", "now", "--name", "ro"]);
     assert_eq!(ro["export"], "vol0@ro");
     s.restart_after_kill9(SMALL);

@@ -68,3 +68,25 @@ pub fn export_size(url: &str) -> u64 {
         .parse()
         .unwrap()
 }
+
+/// `nbdinfo --map --json`: (offset, length, type) extents; type bit 0 = hole, bit 1 = zero.
+pub fn nbd_map(url: &str) -> Vec<(u64, u64, u64)> {
+    let out = run(Command::new("nbdinfo").args(["--map", "--json"]).arg(url));
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            let n = |k: &str| e[k].as_u64().unwrap();
+            (n("offset"), n("length"), n("type"))
+        })
+        .collect()
+}
+
+/// Types of the extents overlapping [offset, offset + len).
+pub fn types_in(map: &[(u64, u64, u64)], offset: u64, len: u64) -> Vec<u64> {
+    map.iter()
+        .filter(|&&(o, l, _)| o < offset + len && offset < o + l)
+        .map(|&(_, _, t)| t)
+        .collect()
+}

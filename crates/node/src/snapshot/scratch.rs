@@ -63,22 +63,24 @@ impl Scratch {
         self.pages.read().map_or(0, |p| p.len() as u64 * PAGE)
     }
 
+    /// The pages held that `[offset, offset + len)` touches, in order.
+    pub fn pages_in(&self, offset: u64, len: u64) -> Result<Vec<u64>, VolumeError> {
+        let p = self
+            .pages
+            .read()
+            .map_err(|_| VolumeError::Task("poisoned".into()))?;
+        Ok(p.range(offset / PAGE..(offset + len).div_ceil(PAGE))
+            .copied()
+            .collect())
+    }
+
     /// Copies the held pages' bytes over `buf`, which holds the snapshot's bytes at `offset`.
     pub fn overlay(&self, offset: u64, buf: &mut [u8]) -> Result<(), VolumeError> {
         let len = buf.len() as u64;
         if len == 0 {
             return Ok(());
         }
-        let held: Vec<u64> = {
-            let p = self
-                .pages
-                .read()
-                .map_err(|_| VolumeError::Task("poisoned".into()))?;
-            p.range(offset / PAGE..(offset + len).div_ceil(PAGE))
-                .copied()
-                .collect()
-        };
-        for page in held {
+        for page in self.pages_in(offset, len)? {
             let from = (page * PAGE).max(offset);
             let to = ((page + 1) * PAGE).min(offset + len);
             let out = &mut buf[(from - offset) as usize..(to - offset) as usize];

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use mariner_history::{History, HistoryError};
+use mariner_history::{Held, History, HistoryError, ALLOCATION_SPAN};
 use mariner_scsi::{Geometry, Reservations, UnitState};
 use mariner_store::Allocation;
 
@@ -128,6 +128,82 @@ impl View {
         Ok(buf)
     }
 
+    /// How `[offset, offset + len)` (inside the volume) is held as of the instant
+    /// (`History::allocation_at`), the scratch's pages as data over it, in runs of whole
+    /// blocks clipped to the range: a block with any data in it is data, else one with any
+    /// zeros is zeros, else a hole. Covers at most about [`ALLOCATION_SPAN`] bytes; callers
+    /// ask again for the rest.
+    fn allocation_blocking(
+        &self,
+        offset: u64,
+        len: u64,
+    ) -> Result<Vec<(u64, Allocation)>, VolumeError> {
+        let bs = u64::from(self.volume.with_meta(|m| m.block_size)).max(SECTOR);
+        let start = offset / bs * bs;
+        let end = (offset + len)
+            .div_ceil(bs)
+            .saturating_mul(bs)
+            .min(self.size().div_ceil(SECTOR) * SECTOR)
+            .min(start + ALLOCATION_SPAN);
+        let runs = self
+            .history
+            .allocation_at(self.volume_id, self.at, start, end - start)
+            .map_err(|e| match e {
+                HistoryError::BadRange { .. } => VolumeError::OutOfRange,
+                other => VolumeError::History(other.to_string()),
+            })?;
+        // Per block, the strongest of what its sectors hold: data, zeros, a hole.
+        let rank = |a: Allocation| match a {
+            Allocation::Hole => 0,
+            Allocation::Zero => 1,
+            Allocation::Data => 2,
+        };
+        let blocks = (end - start).div_ceil(bs) as usize;
+        let mut per_block = vec![Allocation::Hole; blocks];
+        let mut at = start;
+        for (n, held) in runs {
+            let a = match held {
+                Held::Data => Allocation::Data,
+                Held::Zero => Allocation::Zero,
+                Held::Hole => Allocation::Hole,
+            };
+            if a != Allocation::Hole {
+                let first = ((at - start) / bs) as usize;
+                let last = ((at + n - start).div_ceil(bs) as usize).min(blocks);
+                for b in &mut per_block[first..last] {
+                    if rank(a) > rank(*b) {
+                        *b = a;
+                    }
+                }
+            }
+            at += n;
+        }
+        if let Some(s) = &self.scratch {
+            for page in s.pages_in(start, end - start)? {
+                let from = (page * PAGE).max(start);
+                let to = ((page + 1) * PAGE).min(end);
+                let first = ((from - start) / bs) as usize;
+                let last = ((to - start).div_ceil(bs) as usize).min(blocks);
+                per_block[first..last].fill(Allocation::Data);
+            }
+        }
+        // Runs of blocks, the first and last clipped to `[offset, offset + len)`.
+        let stop = (offset + len).min(end);
+        let mut out: Vec<(u64, Allocation)> = Vec::new();
+        for (i, a) in per_block.into_iter().enumerate() {
+            let from = (start + i as u64 * bs).max(offset);
+            let to = (start + (i as u64 + 1) * bs).min(stop);
+            if to <= from {
+                continue;
+            }
+            match out.last_mut() {
+                Some((l, last)) if *last == a => *l += to - from,
+                _ => out.push((to - from, a)),
+            }
+        }
+        Ok(out)
+    }
+
     /// Writes `data` at `offset` into the scratch pages, under the scratch's writer lock.
     async fn write_scratch(self: &Arc<Self>, offset: u64, data: Bytes) -> Result<(), VolumeError> {
         let s = self.writable()?;
@@ -196,12 +272,19 @@ impl ReadPath for ViewRef {
         offset: u64,
         len: u64,
     ) -> Result<Vec<(u64, Allocation)>, VolumeError> {
-        // History does not say where the past had holes: all of it reads as data.
-        let size = self.0.size();
+        let v = &self.0;
+        if v.removed.load(Relaxed) {
+            return Err(VolumeError::Gone);
+        }
+        let size = v.size();
         if offset >= size {
             return Err(VolumeError::OutOfRange);
         }
-        Ok(vec![(len.min(size - offset), Allocation::Data)])
+        let len = len.min(size - offset);
+        let me = Arc::clone(v);
+        tokio::task::spawn_blocking(move || me.allocation_blocking(offset, len))
+            .await
+            .map_err(|e| VolumeError::Task(e.to_string()))?
     }
 
     fn flush(&self) -> Result<(), VolumeError> {
