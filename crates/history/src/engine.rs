@@ -149,6 +149,12 @@ pub(crate) struct Inner {
     /// Held by a round of the roller, and by the indexer while it applies a batch's
     /// lifecycle records (`workers.rs`).
     pub(crate) rounds: Mutex<()>,
+    /// Taken for each of history's writes to the device — a batch's digests and index
+    /// insert, a state save, a piece of a base's write-out, a base's sync, a prune's index
+    /// removal — so that the indexer and the roller never queue writes on the device at once,
+    /// as when they ran on one thread: a log write then waits behind one of them at most.
+    /// Held for one piece (32 KiB) of a round at a time, never a whole round.
+    pub(crate) io_turn: Mutex<()>,
     /// Where the roller waits between looks, woken at stop.
     pub(crate) roller_idle: Mutex<()>,
     pub(crate) roller_wake: Condvar,
@@ -297,6 +303,7 @@ impl History {
             stop: AtomicBool::new(false),
             failed: Mutex::new(None),
             rounds: Mutex::new(()),
+            io_turn: Mutex::new(()),
             roller_idle: Mutex::new(()),
             roller_wake: Condvar::new(),
             last_warning: Mutex::new(None),
@@ -575,12 +582,15 @@ impl Inner {
             let last = d.last_seq();
             kept.iter().filter(|e| e.seq > last).copied().collect()
         };
-        if !new.is_empty() {
-            let mut d = lock(&self.digests);
-            d.append(&new)?;
-            d.sync()?;
-        }
-        let keys = self.index.insert(&kept)?;
+        let keys = {
+            let _turn = lock(&self.io_turn);
+            if !new.is_empty() {
+                let mut d = lock(&self.digests);
+                d.append(&new)?;
+                d.sync()?;
+            }
+            self.index.insert(&kept)?
+        };
         {
             let mut tail = self.tail.write().unwrap_or_else(PoisonError::into_inner);
             for e in batch {
@@ -704,8 +714,10 @@ impl Inner {
             for (id, v) in st.volumes.iter_mut() {
                 v.levels = levels.get(id).copied().unwrap_or(0);
             }
-            st.save(self.state_disk.as_ref())
-                .map_err(|why| HistoryError::Config(format!("saving history state: {why}")))?;
+            let turn = lock(&self.io_turn);
+            let saved = st.save(self.state_disk.as_ref());
+            drop(turn);
+            saved.map_err(|why| HistoryError::Config(format!("saving history state: {why}")))?;
             self.stats.saved_seq.store(st.indexed_seq, Relaxed);
             // Released under the state's lock: a seed that sets its floor under it then
             // sees every release made without the floor (`History::seed`).

@@ -441,7 +441,10 @@ impl Inner {
                         .copied(),
                 );
             }
-            let removed = self.index.remove(&entries)?;
+            let removed = {
+                let _turn = lock(&self.io_turn);
+                self.index.remove(&entries)?
+            };
             self.stats.keys_removed.fetch_add(removed as u64, Relaxed);
             lock(&self.state).pruned_seq = through;
             self.save(true)?;
