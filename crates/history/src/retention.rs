@@ -442,7 +442,7 @@ impl Inner {
                 );
             }
             let removed = {
-                let _turn = lock(&self.io_turn);
+                let _turn = self.turn_after();
                 self.index.remove(&entries)?
             };
             self.stats.keys_removed.fetch_add(removed as u64, Relaxed);

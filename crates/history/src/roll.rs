@@ -171,14 +171,14 @@ impl Inner {
         ranges.sort_unstable();
         for same in ranges.chunk_by(|a, b| a.0 == b.0) {
             if let Some(disk) = bases.get(&same[0].0) {
-                write_out_paced(disk.as_ref(), same, &self.io_turn)
+                write_out_paced(disk.as_ref(), same, || self.turn_after())
                     .map_err(io_err(self.files.as_ref(), &base_name(same[0].0)))?;
             }
         }
         let paced = started.elapsed();
         for id in plans.keys() {
             if let Some(disk) = bases.get(id) {
-                let _turn = lock(&self.io_turn);
+                let _turn = self.turn_after();
                 disk.sync()
                     .map_err(io_err(self.files.as_ref(), &base_name(*id)))?;
             }
@@ -250,11 +250,11 @@ impl Inner {
 
 /// Hands one base's written `ranges` (sorted by offset) to the device in pieces of
 /// [`WRITE_OUT_BYTES`], each waited for before the next, each in history's I/O turn
-/// (`Inner::io_turn`).
-fn write_out_paced(
+/// (`Inner::io_turn`, taken by `turn`).
+fn write_out_paced<'a>(
     disk: &dyn mariner_disk::Disk,
     ranges: &[(u32, u64, u64)],
-    turn: &std::sync::Mutex<()>,
+    turn: impl Fn() -> std::sync::MutexGuard<'a, ()>,
 ) -> std::io::Result<()> {
     let mut rest = ranges;
     while let Some(&(_, start, first_end)) = rest.first() {
@@ -265,7 +265,7 @@ fn write_out_paced(
             n += 1;
         }
         {
-            let _turn = lock(turn);
+            let _turn = turn();
             disk.write_out(start, end - start)?;
         }
         rest = &rest[n..];
