@@ -26,7 +26,7 @@ use crate::sink::{entry_of, note_in_view, void_entry};
 use crate::digest::Digests;
 use crate::files::{FileUse, Files};
 use crate::index::{IndexConfig, LtIndex};
-use crate::state::{State, VolumeState, FLAG_BROKEN, FLAG_DELETED};
+use crate::state::{State, VolumeState, FLAG_BROKEN};
 use crate::tail::Tail;
 use crate::{DigestEntry, HistoryError};
 
@@ -157,9 +157,9 @@ pub(crate) struct Inner {
     /// lets a waiting batch or save go first ([`Inner::turn_first`], [`Inner::turn_after`]):
     /// a plain mutex let the roller take it back piece after piece while the indexer waited
     /// (index lag p99 3.2 s).
-    io_turn: Mutex<()>,
+    pub(crate) io_turn: Mutex<()>,
     /// Batches and saves waiting for the turn.
-    turn_waiting: AtomicU64,
+    pub(crate) turn_waiting: AtomicU64,
     /// Where the roller waits between looks, woken at stop.
     pub(crate) roller_idle: Mutex<()>,
     pub(crate) roller_wake: Condvar,
@@ -620,88 +620,6 @@ impl Inner {
         Ok(())
     }
 
-    /// A volume created starts its history with an empty base; resized and deleted change
-    /// its state. Replayed records (already applied) change nothing.
-    fn apply_lifecycle(&self, st: &mut State, e: &DigestEntry) -> Result<(), HistoryError> {
-        match e.kind {
-            RecordKind::VolumeCreated => {
-                if lock(&self.windows).get(&e.volume) == Some(&None)
-                    || st
-                        .volumes
-                        .get(&e.volume)
-                        .is_some_and(|v| v.base_seq >= e.seq)
-                {
-                    return Ok(());
-                }
-                let name = base_name(e.volume);
-                let files = self.files.as_ref();
-                files.remove(&name).map_err(io_err(files, &name))?;
-                let disk = files
-                    .open(&name, FileUse::Random)
-                    .map_err(io_err(files, &name))?;
-                disk.set_len(e.offset).map_err(io_err(files, &name))?;
-                disk.sync().map_err(io_err(files, &name))?;
-                files.sync_dir().map_err(io_err(files, "."))?;
-                let v = VolumeState::created(e);
-                st.volumes.insert(e.volume, v);
-                lock(&self.bases).insert(e.volume, disk);
-                let mut views = self.views.write().unwrap_or_else(PoisonError::into_inner);
-                let last = views.get(&e.volume).map(|w| (w.last_vseq, w.last_ts));
-                let (last_vseq, last_ts) = last
-                    .filter(|&(s, _)| s > e.volume_seq)
-                    .unwrap_or((e.volume_seq, e.timestamp_ns));
-                views.insert(
-                    e.volume,
-                    View {
-                        state: v,
-                        last_vseq,
-                        last_ts,
-                        gap_seq: 0,
-                    },
-                );
-            }
-            RecordKind::VolumeResized => {
-                if let Some(v) = st.volumes.get_mut(&e.volume) {
-                    v.size = v.size.max(e.offset);
-                    let name = base_name(e.volume);
-                    if let Some(disk) = lock(&self.bases).get(&e.volume) {
-                        if disk.len().map_err(io_err(self.files.as_ref(), &name))? < v.size {
-                            disk.set_len(v.size)
-                                .map_err(io_err(self.files.as_ref(), &name))?;
-                        }
-                    }
-                }
-            }
-            RecordKind::VolumeDeleted => {
-                if let Some(v) = st.volumes.get_mut(&e.volume) {
-                    v.flags |= FLAG_DELETED;
-                }
-            }
-            RecordKind::HistoryGap => {
-                // Writes the base and the index never saw: nothing after the gap can be
-                // rebuilt from them. The history breaks and is seeded again from the current
-                // image, as after a cut; its window starts there, so instants before and
-                // inside the gap are refused as outside it.
-                if let Some(v) = st.volumes.get_mut(&e.volume) {
-                    if v.flags & FLAG_BROKEN == 0 && v.base_seq < e.seq {
-                        v.flags |= FLAG_BROKEN;
-                        self.stats.gaps.fetch_add(1, Relaxed);
-                        tracing::warn!(
-                            volume = e.volume,
-                            from_ns = e.offset,
-                            to_ns = e.timestamp_ns,
-                            "history: a gap was declared in the volume's history (writes it never \
-                             saw): what came before is no longer readable; history starts again \
-                             from the current image"
-                        );
-                    }
-                }
-            }
-            _ => {}
-        }
-        Ok(())
-    }
-
     /// Saves the state when due (or now when `force`), then releases the log behind it.
     pub(crate) fn save(&self, force: bool) -> Result<(), HistoryError> {
         {
@@ -733,22 +651,6 @@ impl Inner {
         }
         lock(&self.indexer).last_save = Some(Instant::now());
         Ok(())
-    }
-
-    /// The I/O turn for a batch or a save: ahead of any round's next piece.
-    pub(crate) fn turn_first(&self) -> MutexGuard<'_, ()> {
-        self.turn_waiting.fetch_add(1, Relaxed);
-        let turn = lock(&self.io_turn);
-        self.turn_waiting.fetch_sub(1, Relaxed);
-        turn
-    }
-
-    /// The I/O turn for a round's piece: after every batch or save waiting for it.
-    pub(crate) fn turn_after(&self) -> MutexGuard<'_, ()> {
-        while self.turn_waiting.load(Relaxed) > 0 {
-            std::thread::sleep(Duration::from_micros(200));
-        }
-        lock(&self.io_turn)
     }
 
     /// What history needs of the log and its digests: the records above this — the state's

@@ -27,6 +27,7 @@ mod error;
 pub mod files;
 pub mod fuzzing;
 pub mod index;
+mod lifecycle;
 pub mod pieces;
 mod pins;
 mod read;

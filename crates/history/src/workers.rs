@@ -18,8 +18,8 @@
 //! thread (tests that step history by hand).
 
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::{Arc, PoisonError};
-use std::time::Instant;
+use std::sync::{Arc, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
 
 use crate::engine::{lock, Inner};
 use crate::HistoryError;
@@ -107,5 +107,21 @@ impl Inner {
         if let (Some(log), Some(h)) = (self.log.get(), self.holder.get()) {
             h.release(log.stats().durable_seq.load(Relaxed));
         }
+    }
+
+    /// The I/O turn for a batch or a save: ahead of any round's next piece.
+    pub(crate) fn turn_first(&self) -> MutexGuard<'_, ()> {
+        self.turn_waiting.fetch_add(1, Relaxed);
+        let turn = lock(&self.io_turn);
+        self.turn_waiting.fetch_sub(1, Relaxed);
+        turn
+    }
+
+    /// The I/O turn for a round's piece: after every batch or save waiting for it.
+    pub(crate) fn turn_after(&self) -> MutexGuard<'_, ()> {
+        while self.turn_waiting.load(Relaxed) > 0 {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        lock(&self.io_turn)
     }
 }

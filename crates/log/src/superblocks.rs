@@ -52,7 +52,6 @@ pub(crate) fn raise_generation_floor(
     Ok(floor - 1)
 }
 
-/// The largest write payload: what fits a segment, at most 4 MiB so a segment holds several.
 /// Writes a new device's superblock: block 0 holds it and zeros (no generation floor yet),
 /// then syncs. A new log ([`crate::Log::format`]) and a grown one's new devices (`grow.rs`).
 pub(crate) fn write_new_superblock(
@@ -62,10 +61,8 @@ pub(crate) fn write_new_superblock(
 ) -> Result<(), LogError> {
     let io = |source| LogError::Io { dev, source };
     let align = disk.alignment().max(sb.align_bytes as usize);
-    let mut buf = AlignedBuf::new(align.max(4096), align).map_err(io)?;
-    buf[..format::SUPERBLOCK_LEN].copy_from_slice(&sb.encode());
-    disk.write_at(&buf, 0).map_err(io)?;
-    disk.sync().map_err(io)
+    let buf = AlignedBuf::new(align.max(4096), align).map_err(io)?;
+    put_block0(disk, dev, buf, sb)
 }
 
 /// Rewrites device `dev`'s superblock in place: the block holding it is read and written back
@@ -80,11 +77,23 @@ pub(crate) fn rewrite_superblock(
     let len = align.max(format::SUPERBLOCK_LEN);
     let mut buf = AlignedBuf::new(len, align).map_err(io)?;
     disk.read_at(&mut buf, 0).map_err(io)?;
+    put_block0(disk, dev, buf, sb)
+}
+
+/// `sb` over the start of `buf`, written at offset 0 and synced.
+fn put_block0(
+    disk: &dyn Disk,
+    dev: usize,
+    mut buf: AlignedBuf,
+    sb: &Superblock,
+) -> Result<(), LogError> {
+    let io = |source| LogError::Io { dev, source };
     buf[..format::SUPERBLOCK_LEN].copy_from_slice(&sb.encode());
     disk.write_at(&buf, 0).map_err(io)?;
     disk.sync().map_err(io)
 }
 
+/// The largest write payload: what fits a segment, at most 4 MiB so a segment holds several.
 pub(crate) fn max_payload(sb: &Superblock) -> u32 {
     let max = sb.segment_bytes - RECORD_HEADER_LEN as u64 - u64::from(sb.align_bytes);
     u32::try_from(max.min(4 << 20)).unwrap_or(u32::MAX)
