@@ -16,8 +16,8 @@
 # 10.3; a 20 s window shrank 30 times), and 15 s of 4 KiB writes at ~30 k/s index ~450 k
 # records (~25x the budget); (b)'s log holds ~560 k records before it shrinks.
 # Usage: bench/history-overhead.sh   env: SECS=600 WARM=30 ROUNDS=1 LOG_A=16GiB WINDOW_A=10s
-#        LOG_B=4GiB WINDOW_B=7d INDEX_MEMORY=1MiB VOLUME=8GiB CONFIGS="a b" (a probe may run one;
-#        a run of record runs both)
+#        LOG_B=4GiB WINDOW_B=7d INDEX_MEMORY=1MiB VOLUME=8GiB CONFIGS="a b" FIRST=off (a probe may run one;
+#        a run of record runs both; with ROUNDS > 1 the order of off and on alternates)
 . "$(dirname "$0")/lib.sh"
 case ${1:-} in -h | --help) sed -n '2,/^\. /p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;; esac
 SECS=${SECS:-600}
@@ -95,15 +95,23 @@ EOF
   tail -1 "$OUT"
 }
 
+# pair OFF LOG off ON WINDOW ROUND: history off and on, on the same log size; odd rounds run
+# off first, even rounds on first (FIRST=on starts with on), so neither always meets the
+# device fresh after an idle spell or a log's formatting.
+pair() {
+  local first=${FIRST:-off}
+  if [ $(($6 % 2)) = 0 ]; then [ "$first" = off ] && first=on || first=off; fi
+  if [ "$first" = off ]; then run "$1" "$2" off; run "$4" "$2" "$5"
+  else run "$4" "$2" "$5"; run "$1" "$2" off; fi
+}
+
 echo "label	iops_d32	p50_d1_us	p99_d1_us	seq_1M_iops(=MiB/s)	cpu_us_per_write	rolled_MB_s	shrinks	lag_p99_s"
 for r in $(seq 1 "$ROUNDS"); do
   case " $CONFIGS " in *" a "*)
-    run "a-off" "$LOG_A" off
-    run "a-on" "$LOG_A" "$WINDOW_A" ;;
+    pair a-off "$LOG_A" off a-on "$WINDOW_A" "$r" ;;
   esac
   case " $CONFIGS " in *" b "*)
-    run "b-off" "$LOG_B" off
-    run "b-on" "$LOG_B" "$WINDOW_B" ;;
+    pair b-off "$LOG_B" off b-on "$WINDOW_B" "$r" ;;
   esac
 done
 python3 - "$OUT" <<'EOF'
