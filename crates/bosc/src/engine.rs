@@ -113,6 +113,12 @@ pub struct BoscConfig {
     /// Runs the double-write area holds (part of the disk's geometry): a cycle's runs are
     /// double-written and written in place in batches of this many, one pair of syncs per
     /// batch instead of per run. Fixed when the disk is formatted: a disk opens with its own.
+    ///
+    /// 0: no double-write area (own-log mode only). A batch of one run is written in place
+    /// with one sync; a block a crash tore in place is not repaired but found at open — every
+    /// block the own log still has modifications for is read and checked, which covers every
+    /// block a commit was writing — and open fails with [`Error::Torn`](crate::Error::Torn).
+    /// For trees that can be rebuilt from elsewhere: half the bytes and syncs per commit.
     pub dw_runs: u16,
     /// `Some(interval)`: a background thread runs the commit cycle. `None`: only
     /// [`Bosc::commit_cycle`] and forced commits do (deterministic tests).
@@ -254,13 +260,9 @@ fn apply_op<A: BlockApp>(app: &A, block: u64, image: &mut [u8], op: Op, bytes: &
 }
 
 fn geometry(cfg: &BoscConfig) -> Result<Geometry, Error> {
-    if cfg.block_bytes < 512
-        || !cfg.block_bytes.is_power_of_two()
-        || cfg.max_run == 0
-        || cfg.dw_runs == 0
-    {
+    if cfg.block_bytes < 512 || !cfg.block_bytes.is_power_of_two() || cfg.max_run == 0 {
         return Err(Error::Config(
-            "block size a power of two >= 512, max_run >= 1, dw_runs >= 1".into(),
+            "block size a power of two >= 512, max_run >= 1".into(),
         ));
     }
     Ok(Geometry {

@@ -43,6 +43,11 @@ pub const CKPT_MAGIC: [u8; 8] = *b"BOSCCKPT";
 /// is retired and refused; so is version 2 (a double-write area of one run).
 pub const FORMAT_VERSION: u16 = 3;
 pub const CKPT_VERSION: u16 = FORMAT_VERSION;
+/// The checkpoint version of a disk without a double-write area (`dw_runs` 0): its data
+/// blocks start where the area would, and a build that knew only areas of at least one run
+/// would write its double writes over them — so it must refuse the disk, not misread it.
+/// Everything else is as in [`CKPT_VERSION`] (the block CRC salt included).
+pub const CKPT_VERSION_NO_DW: u16 = 4;
 pub const CKPT_SLOTS: [u64; 2] = [0, 4096];
 pub const CKPT_LEN: usize = 64;
 pub const DW_OFFSET: u64 = 8192;
@@ -66,6 +71,11 @@ impl Geometry {
     /// Slots (blocks) of the double-write area.
     pub fn dw_slots(&self) -> u64 {
         u64::from(self.max_run) * u64::from(self.dw_runs)
+    }
+    /// Blocks a commit writes in place with one sync: the double-write area's, or one run
+    /// without one.
+    pub fn batch_blocks(&self) -> u64 {
+        u64::from(self.max_run) * u64::from(self.dw_runs.max(1))
     }
     pub fn data_start(&self) -> u64 {
         DW_OFFSET + self.dw_slots() * u64::from(self.block_bytes)
@@ -211,7 +221,12 @@ impl Checkpoint {
     pub fn encode(&self) -> [u8; CKPT_LEN] {
         let mut out = [0u8; CKPT_LEN];
         out[0..8].copy_from_slice(&CKPT_MAGIC);
-        out[8..10].copy_from_slice(&CKPT_VERSION.to_le_bytes());
+        let version = if self.geometry.dw_runs == 0 {
+            CKPT_VERSION_NO_DW
+        } else {
+            CKPT_VERSION
+        };
+        out[8..10].copy_from_slice(&version.to_le_bytes());
         out[10..12].copy_from_slice(&self.geometry.dw_runs.to_le_bytes());
         out[12..16].copy_from_slice(&self.geometry.block_bytes.to_le_bytes());
         out[16..24].copy_from_slice(&self.geometry.block_count.to_le_bytes());
@@ -232,7 +247,7 @@ impl Checkpoint {
             return Err(CheckpointError::Magic);
         }
         let version = u16::from_le_bytes([b[8], b[9]]);
-        if version != CKPT_VERSION {
+        if version != CKPT_VERSION && version != CKPT_VERSION_NO_DW {
             return Err(CheckpointError::UnsupportedVersion(version));
         }
         if b.len() < CKPT_LEN {
@@ -244,6 +259,12 @@ impl Checkpoint {
         let stored = u32::from_le_bytes([b[28], b[29], b[30], b[31]]);
         if crc32c::crc32c(&copy) != stored {
             return Err(CheckpointError::Checksum);
+        }
+        let dw_runs = u16::from_le_bytes([b[10], b[11]]);
+        if (dw_runs == 0) != (version == CKPT_VERSION_NO_DW) {
+            // Each version says whether the disk has a double-write area; a checkpoint that
+            // disagrees with its own version was not written by this format.
+            return Err(CheckpointError::UnsupportedVersion(version));
         }
         let mut id = [0u8; 16];
         id.copy_from_slice(&b[48..64]);
@@ -414,6 +435,43 @@ mod tests {
             Checkpoint::pick([&b, &c.encode()]),
             Err(CheckpointError::UnsupportedVersion(1))
         );
+    }
+
+    /// A disk without a double-write area says so in its checkpoint's version (4), which
+    /// builds that knew only areas refuse; each version with the other's `dw_runs` is refused.
+    #[test]
+    fn a_disk_without_a_double_write_area_has_its_own_checkpoint_version() {
+        let c = Checkpoint {
+            geometry: Geometry {
+                block_bytes: 4096,
+                block_count: 64,
+                max_run: 32,
+                dw_runs: 0,
+            },
+            counter: 3,
+            checkpoint: 7,
+            disk_id: DiskId(11),
+        };
+        let b = c.encode();
+        assert_eq!(u16::from_le_bytes([b[8], b[9]]), CKPT_VERSION_NO_DW);
+        assert_eq!(Checkpoint::decode(&b), Ok(c));
+        let reseal = |mut b: [u8; CKPT_LEN], version: u16, dw_runs: u16| {
+            b[8..10].copy_from_slice(&version.to_le_bytes());
+            b[10..12].copy_from_slice(&dw_runs.to_le_bytes());
+            b[28..32].fill(0);
+            let crc = crc32c::crc32c(&b);
+            b[28..32].copy_from_slice(&crc.to_le_bytes());
+            b
+        };
+        assert_eq!(
+            Checkpoint::decode(&reseal(b, CKPT_VERSION, 0)),
+            Err(CheckpointError::UnsupportedVersion(CKPT_VERSION))
+        );
+        assert_eq!(
+            Checkpoint::decode(&reseal(b, CKPT_VERSION_NO_DW, 2)),
+            Err(CheckpointError::UnsupportedVersion(CKPT_VERSION_NO_DW))
+        );
+        assert!(Checkpoint::decode(&reseal(b, CKPT_VERSION, 2)).is_ok());
     }
 
     #[test]

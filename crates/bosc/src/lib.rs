@@ -26,6 +26,7 @@
 //! | in-place write of a batch            | DW complete, in-place maybe torn    | restore newest copies from DW  |
 //! | checkpoint write                     | one slot torn, the other valid      | older checkpoint: replays more |
 //! | anything, own-log mode               | records above the checkpoint        | requeue window; LSN skips dups |
+//! | in-place write, no DW area (`dw_runs` 0, own log) | in-place maybe torn    | read every requeued block without an image: one torn fails open (`Error::Torn`) |
 //!
 //! Media assumptions: writes may be lost, reordered or torn at sector granularity until
 //! `sync` returns; synced data stays.
@@ -63,6 +64,14 @@ pub enum Error {
         block: u64,
         error: format::BlockError,
     },
+    /// Open found blocks a crash tore in place on a disk without a double-write area
+    /// (`dw_runs` 0): what they held before the torn write is lost, so the tree is too. The
+    /// application rebuilds it from what it was made from (history's LT index: its digests).
+    #[error(
+        "{count} block(s) torn by a crash (the first: block {first}) on a disk without a \
+         double-write area: what they held is lost"
+    )]
+    Torn { first: u64, count: u64 },
     #[error("log record {0} is not a BOSC modification")]
     BadRecord(u64),
     #[error("operation does not match the durability mode")]

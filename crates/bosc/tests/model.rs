@@ -19,13 +19,18 @@ use std::time::{Duration, Instant};
 use faulty::{engine_cfg, Disks, Rng};
 use mariner_bosc::{BlockApp, Bosc, BoscConfig, Change};
 
-/// Payload = an array of u64 slots; a modification sets one slot: (slot u16, value u64).
+/// Payload = `SLOTS` u64 slots spread over it (one a sector in a 4 KiB block, so a torn write
+/// shows); a modification sets one slot: (slot u16, value u64).
 struct Slots;
 impl BlockApp for Slots {
     fn apply(&self, _block: u64, payload: &mut [u8], m: &[u8]) {
-        let slot = u16::from_le_bytes([m[0], m[1]]) as usize;
-        payload[slot * 8..slot * 8 + 8].copy_from_slice(&m[2..10]);
+        let at = slot_at(payload, u16::from_le_bytes([m[0], m[1]]) as usize);
+        payload[at..at + 8].copy_from_slice(&m[2..10]);
     }
+}
+
+fn slot_at(payload: &[u8], slot: usize) -> usize {
+    slot * (payload.len() / SLOTS as usize)
 }
 
 fn modification(slot: u16, value: u64) -> Vec<u8> {
@@ -35,7 +40,8 @@ fn modification(slot: u16, value: u64) -> Vec<u8> {
 }
 
 fn slot_of(payload: &[u8], slot: usize) -> u64 {
-    u64::from_le_bytes(payload[slot * 8..slot * 8 + 8].try_into().unwrap())
+    let at = slot_at(payload, slot);
+    u64::from_le_bytes(payload[at..at + 8].try_into().unwrap())
 }
 
 const BLOCKS: u64 = 96;
@@ -79,14 +85,25 @@ struct Crashes {
     unsynced_log: u64,
     /// Crashes with a writer's batch issued and its durability not signalled.
     in_flight: u64,
+    /// Without a double-write area: opens that found a block torn (`Error::Torn`), which end
+    /// the run (the application would rebuild the tree).
+    torn: u64,
 }
 
 fn run(seed: u64, steps: usize, budget: usize, logs: u64) -> Crashes {
+    run_with(seed, steps, budget, logs, cfg(budget).dw_runs)
+}
+
+fn run_with(seed: u64, steps: usize, budget: usize, logs: u64, dw_runs: u16) -> Crashes {
     let mut rng = Rng(seed | 1);
     // Every other seed keeps images within a quarter of the budget: a modified clean image
     // past it is dropped and the modification queued (`BoscConfig::image_share`).
     let c = BoscConfig {
         image_share: if seed.is_multiple_of(2) { 1.0 } else { 0.25 },
+        dw_runs,
+        // Blocks of one 512-byte sector cannot tear (a torn run is a prefix of whole
+        // blocks): without the double-write area the blocks are of eight.
+        block_bytes: if dw_runs == 0 { 4096 } else { 512 },
         ..cfg(budget)
     };
     let mut disks = Disks::with_logs::<Slots>(seed, &c, 2 << 20, LOG_ID, logs);
@@ -115,7 +132,15 @@ fn run(seed: u64, steps: usize, budget: usize, logs: u64) -> Crashes {
                 bosc.commit_cycle().unwrap();
             }
             _ => {
-                let issued = if rng.below(3) == 0 {
+                let issued = if dw_runs == 0 && rng.below(3) == 0 {
+                    // The power goes while a commit writes blocks in place: with nothing to
+                    // repair them from, a torn one must fail the open.
+                    disks.data.power_cut_after(rng.below(6));
+                    let _ = bosc.commit_cycle();
+                    let (d, _) = disks.crash_counting();
+                    disks = d;
+                    Vec::new()
+                } else if rng.below(3) == 0 {
                     // Crash in the middle of a commit cycle: the data disk fails after a few
                     // more writes/syncs, leaving double-write or in-place writes unsynced.
                     disks.data.fail_after(rng.below(6));
@@ -132,7 +157,15 @@ fn run(seed: u64, steps: usize, budget: usize, logs: u64) -> Crashes {
                     issued
                 };
                 drop(bosc);
-                let (b, report) = disks.open_report(&c);
+                let (b, report) = match disks.try_open_own_logs(&c, Slots, LOG_ID, 7) {
+                    Ok(opened) => opened,
+                    Err(mariner_bosc::Error::Torn { .. }) if dw_runs == 0 => {
+                        crashes.torn += 1;
+                        crashes.count += 1;
+                        return crashes;
+                    }
+                    Err(e) => panic!("seed {seed}: open after a crash: {e}"),
+                };
                 bosc = b;
                 crashes.repaired += report.blocks_repaired;
                 crashes.count += 1;
@@ -293,6 +326,21 @@ fn crashes_keep_every_acknowledged_modification() {
     assert_met_live_log(&runs);
 }
 
+/// Without a double-write area a crash can tear a block in place and nothing repairs it: open
+/// must then fail with `Error::Torn` — never open and answer with a torn block's loss (every
+/// open that succeeds is checked against the oracle, as above).
+#[test]
+fn without_a_double_write_area_a_torn_block_fails_open() {
+    let runs: Vec<Crashes> = (40..=63)
+        .map(|seed| run_with(seed, 600, 1 << 20, 1, 0))
+        .collect();
+    let torn: u64 = runs.iter().map(|r| r.torn).sum();
+    let opened: u64 = runs.iter().map(|r| r.count - r.torn).sum();
+    eprintln!("{opened} opens after a crash checked, {torn} found a torn block");
+    assert!(torn > 0, "no crash tore a block in place: {runs:?}");
+    assert!(opened > 0, "no open after a crash was checked: {runs:?}");
+}
+
 #[test]
 fn tight_budget_forces_commits_and_survives_crashes() {
     let runs = runs_meeting_live_log(10..=12, |seed| run(seed, 400, 2048, 1));
@@ -339,4 +387,31 @@ fn assert_met_live_log(runs: &[Crashes]) {
         unsynced >= 3 && in_flight >= 3,
         "too few crashes met a live log: {runs:?}"
     );
+}
+
+/// A block with modifications still in the own log, damaged in place (as a torn write leaves
+/// it) on a disk without a double-write area: open names it.
+#[test]
+fn without_a_double_write_area_open_finds_a_damaged_block() {
+    let c = BoscConfig {
+        dw_runs: 0,
+        block_bytes: 4096,
+        ..cfg(1 << 20)
+    };
+    let disks = Disks::new::<Slots>(3, &c, 2 << 20, LOG_ID);
+    let bosc = disks.open(&c);
+    for block in 0..8 {
+        bosc.modify(block, &modification(1, block + 1)).unwrap();
+    }
+    bosc.commit_all().unwrap();
+    bosc.modify(5, &modification(2, 50)).unwrap();
+    drop(bosc);
+    // Block 5 at 8192 + 5 × 4096: its second sector.
+    disks.data.corrupt(8192 + 5 * 4096 + 512, 512);
+    let disks = disks.crash();
+    match disks.try_open_own_logs(&c, Slots, LOG_ID, 7) {
+        Err(mariner_bosc::Error::Torn { first, count }) => assert_eq!((first, count), (5, 1)),
+        Err(e) => panic!("open: {e}"),
+        Ok(_) => panic!("open took a damaged block"),
+    }
 }

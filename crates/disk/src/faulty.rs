@@ -80,6 +80,8 @@ struct State {
     sector_size: usize,
     /// Writes or syncs left to succeed before one fails.
     countdown: Option<u64>,
+    /// Writes or syncs left to succeed before the power goes ([`Faults::power_cut_after`]).
+    power_left: Option<u64>,
     /// An injected failure happened: every later sync fails.
     failed: bool,
     sync_fails: bool,
@@ -111,6 +113,7 @@ impl State {
             rng: Rng::new(seed),
             sector_size,
             countdown: None,
+            power_left: None,
             failed: false,
             sync_fails: false,
             crashed: false,
@@ -124,6 +127,23 @@ impl State {
             return Err(io::Error::other("faulty disk: used after crash"));
         }
         Ok(())
+    }
+
+    /// Counts one write or sync against a power cut: when it comes, the disk stops as at a
+    /// crash, keeping its pending writes for the crash to land, lose or tear.
+    fn power(&mut self) -> io::Result<()> {
+        match self.power_left {
+            Some(0) => {
+                self.power_left = None;
+                self.crashed = true;
+                Err(io::Error::other("faulty disk: power cut"))
+            }
+            Some(n) => {
+                self.power_left = Some(n - 1);
+                Ok(())
+            }
+            None => Ok(()),
+        }
     }
 
     /// Counts one write or sync against the failure countdown.
@@ -155,6 +175,7 @@ impl State {
         self.check_alive()?;
         let range = within(offset, len, self.live.len())
             .ok_or_else(|| past_end(offset, len as u64, self.live.len() as u64))?;
+        self.power()?;
         self.writes += 1;
         self.tick()?;
         let data = data.map_or_else(|| vec![0; len], <[u8]>::to_vec);
@@ -169,6 +190,7 @@ impl State {
     fn set_len(&mut self, len: u64) -> io::Result<()> {
         self.check_alive()?;
         let len = to_usize(len)?;
+        self.power()?;
         self.writes += 1;
         self.tick()?;
         self.live.resize(len, 0);
@@ -178,6 +200,7 @@ impl State {
 
     fn sync(&mut self) -> io::Result<()> {
         self.check_alive()?;
+        self.power()?;
         self.syncs += 1;
         let ticked = self.tick();
         if ticked.is_err() || self.failed || self.sync_fails {
@@ -312,6 +335,13 @@ impl Faults {
     /// fails with EIO — and every sync after it fails too: a failed fsync is final.
     pub fn fail_after(&self, n: u64) {
         self.lock().countdown = Some(n);
+    }
+
+    /// After `n` more writes (including punches and `set_len`s) or syncs succeed, the power
+    /// goes: that operation and every later one fail, and the unsynced writes stay pending for
+    /// [`Faults::crash`] — a crash between a write and its sync, at a chosen point.
+    pub fn power_cut_after(&self, n: u64) {
+        self.lock().power_left = Some(n);
     }
 
     /// Disarms [`Faults::fail_after`] if it has not fired yet.

@@ -111,6 +111,9 @@ pub struct HistoryStats {
     pub seeds: AtomicU64,
     /// Declared gaps (`RecordKind::HistoryGap`) that broke a volume's history.
     pub gaps: AtomicU64,
+    /// Opens that found the LT index damaged (a leaf torn by a crash) and rebuilt it from
+    /// the digests.
+    pub index_rebuilds: AtomicU64,
 }
 
 /// What readers see of a volume: which instants can be read, and where the base stands.
@@ -244,7 +247,7 @@ impl History {
                 s
             }
         };
-        let levels = state
+        let levels: BTreeMap<u32, u8> = state
             .volumes
             .iter()
             .filter(|(_, v)| v.levels != 0)
@@ -261,11 +264,26 @@ impl History {
             cpu_class: Some(Arc::clone(&cpu)),
             ..cfg.index.clone()
         };
-        let index = LtIndex::open(files.as_ref(), &index_cfg, levels)?;
         let (digests, opened) = Digests::open(Arc::clone(&files), DIGEST_PREFIX)?;
         if let Some(why) = &opened.truncated {
             tracing::warn!(why = %why, "history digests: a torn tail was cut");
         }
+        let stats = HistoryStats::default();
+        let index = match LtIndex::open(files.as_ref(), &index_cfg, levels.clone()) {
+            Ok(index) => index,
+            // The index is made from the digests, which hold every entry it does (they are
+            // synced first): a leaf a crash tore is rebuilt from them, not lost.
+            Err(e) if LtIndex::damaged(&e) => {
+                tracing::warn!(error = %e, "history index damaged; rebuilding it from the digests");
+                LtIndex::create(files.as_ref(), &index_cfg)?;
+                let index = LtIndex::open(files.as_ref(), &index_cfg, levels)?;
+                let keys = index.rebuild(&digests, &state.volumes, state.indexed_seq)?;
+                tracing::warn!(keys, "history index rebuilt");
+                stats.index_rebuilds.fetch_add(1, Relaxed);
+                index
+            }
+            Err(e) => return Err(e),
+        };
         let mut bases = BTreeMap::new();
         let mut views = BTreeMap::new();
         for (&id, v) in &state.volumes {
@@ -304,7 +322,7 @@ impl History {
             }),
             log: OnceLock::new(),
             holder: OnceLock::new(),
-            stats: HistoryStats::default(),
+            stats,
             stop: AtomicBool::new(false),
             failed: Mutex::new(None),
             rounds: Mutex::new(()),

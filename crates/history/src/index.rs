@@ -25,8 +25,10 @@ use mariner_bosc::{Bosc, BoscConfig, Durability};
 use mariner_cpuclass::CpuClass;
 use mariner_log::{Log, LogAddr, LogConfig, RecordKind};
 
+use crate::digest::Digests;
 use crate::files::{FileUse, Files};
 use crate::pieces::{covering, decompose, sectors_of, Piece, LEVELS};
+use crate::state::VolumeState;
 use crate::{DigestEntry, HistoryError};
 
 const DATA: &str = "index.data";
@@ -111,11 +113,13 @@ impl IndexConfig {
             // And leaves read for splits are kept only within a quarter of the budget:
             // modified, each would hold 4 KiB of it until committed.
             image_share: 0.25,
-            // And a commit writes 128 KiB (one run) per pair of syncs, not 1 MiB: the log's
-            // writes queue behind what the device has in flight. With 1 MiB batches, a
-            // depth-1 writer's p99 was 586–635 µs; with 128 KiB, 457 µs (history off: 251;
-            // docs/benchmarks.md). Only for an index formatted now: a disk keeps its own.
-            dw_runs: 1,
+            // And no double-write area: the index is made from history's digests, so a leaf a
+            // crash tore is rebuilt from them at open (`History::open`), and a commit writes
+            // 128 KiB (one run) in place with one sync instead of twice with two. In
+            // bench/history-overhead.sh (a) that was 6-7 % more depth-32 writes (the index
+            // wrote 1.8 KiB a write, half of it the double write; docs/benchmarks.md). Only
+            // for an index formatted now: a disk keeps its own.
+            dw_runs: 0,
             cpu_class: self.cpu_class.clone(),
             ..BoscConfig::default()
         }
@@ -198,6 +202,47 @@ impl LtIndex {
             tree,
             levels: Mutex::new(levels),
         })
+    }
+
+    /// Whether `e`, from [`Self::open`], says the index is damaged (a leaf torn by a crash,
+    /// or failing its checksum) rather than unreadable: then it is rebuilt ([`Self::rebuild`]).
+    pub fn damaged(e: &HistoryError) -> bool {
+        matches!(
+            e,
+            HistoryError::Index(
+                mariner_bosc::Error::Torn { .. } | mariner_bosc::Error::Block { .. }
+            )
+        )
+    }
+
+    /// Fills a new index from the digests: what the damaged one held — every version of a
+    /// volume history keeps, newer than its base, indexed through `through` (records above it
+    /// are indexed again from the log, as after any restart). In batches, each durable.
+    /// Returns the keys inserted.
+    pub fn rebuild(
+        &self,
+        digests: &Digests,
+        volumes: &BTreeMap<u32, VolumeState>,
+        through: u64,
+    ) -> Result<usize, HistoryError> {
+        const BATCH: usize = 65_536;
+        let mut batch = Vec::with_capacity(BATCH);
+        let mut keys = 0;
+        digests.for_each(0, through, None, |e| {
+            if volumes
+                .get(&e.volume)
+                .is_some_and(|v| e.volume_seq > v.base_vseq)
+            {
+                batch.push(*e);
+                if batch.len() == BATCH {
+                    keys += self.insert(&batch)?;
+                    batch.clear();
+                }
+            }
+            Ok(())
+        })?;
+        keys += self.insert(&batch)?;
+        Ok(keys)
     }
 
     /// The keys and values of `e`'s pieces; none for records that change no data.

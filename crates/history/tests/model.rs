@@ -79,6 +79,9 @@ struct Counters {
     rollbacks_cancelled: u64,
     /// Histories the log cut, seeded again without a restart.
     live_reseeds: u64,
+    /// Opens after a crash that found a leaf of the index torn and rebuilt it from the
+    /// digests (the index has no double-write area).
+    index_rebuilds: u64,
 }
 
 struct Case {
@@ -254,6 +257,7 @@ impl Case {
         if self.h().stats().resumed_rolls.load(Relaxed) > 0 {
             c.crashes_in_roll_forward += 1;
         }
+        c.index_rebuilds += self.h().stats().index_rebuilds.load(Relaxed);
     }
 
     fn note(&mut self, c: &mut Counters) {
@@ -557,7 +561,7 @@ fn history_reads_every_instant_it_keeps_through_crashes_expiry_and_shrinking() {
     eprintln!(
         "{n} cases: {} crashes ({} inside a roll-forward), {} shrinks, {} cuts, {} base reads, \
          {} log wraps, {} reads and {} expired instants checked; rollbacks: {} finished, {} \
-         undone, {} resumed, {} cancelled; {} seeded again while running",
+         undone, {} resumed, {} cancelled; {} seeded again while running; {} index rebuilds",
         c.crashes,
         c.crashes_in_roll_forward,
         c.shrinks,
@@ -570,7 +574,8 @@ fn history_reads_every_instant_it_keeps_through_crashes_expiry_and_shrinking() {
         c.undos_finished,
         c.resumed_rollbacks,
         c.rollbacks_cancelled,
-        c.live_reseeds
+        c.live_reseeds,
+        c.index_rebuilds
     );
     if cases.is_none() {
         for (what, count) in [

@@ -410,6 +410,12 @@ fn history_metrics(out: &mut String, node: &Node) {
              history again.",
             &s.gaps,
         ),
+        (
+            "mariner_history_index_rebuilds_total",
+            "Starts that found the history index damaged by a crash (a torn leaf) and rebuilt \
+             it from the digests.",
+            &s.index_rebuilds,
+        ),
     ] {
         counter(out, name, help, v.load(Relaxed));
     }
@@ -422,8 +428,8 @@ fn history_metrics(out: &mut String, node: &Node) {
         ),
         (
             "mariner_history_index_blocks_written_total",
-            "Index leaves written by its commits (each also double-written): with the \
-             modifications, how many a leaf write carries.",
+            "Index leaves written by its commits (also double-written on an index formatted \
+             with a double-write area): with the modifications, how many a leaf write carries.",
             &b.blocks_written,
         ),
         (

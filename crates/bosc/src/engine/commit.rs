@@ -290,7 +290,7 @@ impl<A: BlockApp> Inner<A> {
             let mut batch = Batch::default();
             for got in rx {
                 let (run, mut buf) = got?;
-                if batch.blocks + run.len > self.geo.dw_slots() {
+                if batch.blocks + run.len > self.geo.batch_blocks() {
                     writer.send(std::mem::take(&mut batch))?;
                 }
                 self.stage_run(run, &mut buf, &mut batch.staged)?;
@@ -366,16 +366,19 @@ impl<A: BlockApp> Inner<A> {
     /// Double write: the batch's runs go to consecutive slots of the double-write area and are
     /// synced before any block is overwritten in place, so a torn in-place write is repaired at
     /// open; then in place, and one more sync. Not before everything merged into the batch is
-    /// durable in the log (write-ahead).
+    /// durable in the log (write-ahead). Without a double-write area (`dw_runs` 0) only in
+    /// place: a block this tears is found at open ([`Inner::find_torn`]).
     pub(super) fn write_batch(&self, batch: &Batch) -> Result<(), Error> {
         let newest = batch.staged.iter().map(|s| s.upto).max().unwrap_or(0);
         self.wait_durable(newest)?;
-        let mut slot = 0;
-        for (run, buf) in &batch.runs {
-            self.disk.write_at(buf, self.geo.dw_offset(slot))?;
-            slot += run.len;
+        if self.geo.dw_runs > 0 {
+            let mut slot = 0;
+            for (run, buf) in &batch.runs {
+                self.disk.write_at(buf, self.geo.dw_offset(slot))?;
+                slot += run.len;
+            }
+            self.disk.sync()?;
         }
-        self.disk.sync()?;
         // Queries read blocks under the gate's read side: none may see a block half written
         // (a buffered read and write of one page are not atomic to each other). One run at a
         // time, so a query waits for one run's write at most.

@@ -77,6 +77,13 @@ impl<A: BlockApp> Bosc<A> {
                 ck.geometry
             )));
         }
+        if geo.dw_runs == 0 && matches!(durability, Durability::Caller) {
+            // Torn blocks are found from the own log's modifications (`find_torn`): a caller's
+            // arrive after open.
+            return Err(Error::Config(
+                "a disk without a double-write area needs the own log".into(),
+            ));
+        }
         let mut report = OpenReport {
             checkpoint: ck.checkpoint,
             blocks_repaired: repair_from_double_write(disk.as_ref(), &geo, ck.disk_id)?,
@@ -132,6 +139,15 @@ impl<A: BlockApp> Bosc<A> {
             report.records_scanned = scanned;
             report.records_requeued = requeued;
             report.images_dropped = dropped;
+            if inner.geo.dw_runs == 0 {
+                let torn = inner.find_torn()?;
+                if let Some(&first) = torn.first() {
+                    return Err(Error::Torn {
+                        first,
+                        count: torn.len() as u64,
+                    });
+                }
+            }
         }
         let thread = match inner.cfg.background {
             Some(every) => {
@@ -329,6 +345,19 @@ impl<A: BlockApp> Inner<A> {
             buf.resize(run.len as usize * bs, 0);
             self.disk
                 .read_at(&mut buf, self.geo.block_offset(run.start))?;
+            if self.geo.dw_runs == 0 {
+                // Without a double-write area a block may be torn: one with an image (a
+                // whole-block write) keeps everything queued and takes its content from the
+                // image; the others in the run were only read along and are not kept.
+                for (i, img) in buf.chunks(bs).enumerate() {
+                    let block = run.start + i as u64;
+                    if unread.binary_search(&block).is_ok() {
+                        let lsn = check_block(img, self.disk_id, Some(block)).map_or(0, |h| h.lsn);
+                        lsns.insert(block, lsn);
+                    }
+                }
+                continue;
+            }
             let read = block_lsns(&buf, self.disk_id, bs, run.start)?;
             lsns.extend((run.start..).zip(read));
         }
@@ -346,5 +375,48 @@ impl<A: BlockApp> Inner<A> {
             }
         }
         Ok(dropped)
+    }
+
+    /// Without a double-write area (`dw_runs` 0): the blocks a crash tore in place. A commit
+    /// writes in place only blocks with modifications the own log holds above the
+    /// checkpoint (which is written after the batch's sync), and a record's frontiers say a
+    /// block's modifications are committed only once its batch is synced; so after a requeue
+    /// every block a batch was writing when the crash came still has modifications queued.
+    /// Those with an image (whole-block writes, a B+tree's new leaves) take their content
+    /// from it; the rest are read, in block order and in runs, and checked. Runs during
+    /// recovery, before anything else uses the engine.
+    pub(super) fn find_torn(&self) -> Result<Vec<u64>, Error> {
+        const MAX_READ: u64 = 256;
+        let wanted: Vec<u64> = {
+            let st = lock(&self.state);
+            let mut v = Vec::new();
+            for (&key, g) in &st.groups {
+                for offset in g.offsets() {
+                    let block = key * GROUP_BLOCKS + u64::from(offset);
+                    if !st.images.contains_key(&block) {
+                        v.push(block);
+                    }
+                }
+            }
+            v.sort_unstable();
+            v
+        };
+        let bs = self.geo.block_bytes as usize;
+        let mut buf = Vec::new();
+        let mut torn = Vec::new();
+        for run in plan_runs(&wanted, MAX_READ, 0.1) {
+            buf.resize(run.len as usize * bs, 0);
+            self.disk
+                .read_at(&mut buf, self.geo.block_offset(run.start))?;
+            for (i, img) in buf.chunks(bs).enumerate() {
+                let block = run.start + i as u64;
+                if wanted.binary_search(&block).is_ok()
+                    && check_block(img, self.disk_id, Some(block)).is_err()
+                {
+                    torn.push(block);
+                }
+            }
+        }
+        Ok(torn)
     }
 }

@@ -134,6 +134,7 @@ impl Disks {
         volume: u32,
     ) -> (Bosc<A>, OpenReport) {
         self.open_on(vec![log], c, app, log_id, volume)
+            .expect("open")
     }
 
     /// Every disk crashes at once: unsynced writes are lost, reordered or torn.
@@ -152,10 +153,14 @@ impl Disks {
     /// one comes within `patience` (a log writes and syncs in a breath: a crash at a random
     /// instant would mostly find it settled).
     pub fn crash_meeting_unsynced_log(self, patience: Duration) -> (Self, usize) {
+        self.crash_when(patience, |d| d.log_pending() > 0)
+    }
+
+    fn crash_when(self, patience: Duration, now: impl Fn(&Self) -> bool) -> (Self, usize) {
         let started = Instant::now();
         let _instant = loop {
             let g = self.gate.write().unwrap_or_else(PoisonError::into_inner);
-            if self.log_pending() > 0 || started.elapsed() >= patience {
+            if now(&self) || started.elapsed() >= patience {
                 break g;
             }
             drop(g);
@@ -187,6 +192,18 @@ impl Disks {
         volume: u32,
     ) -> (Bosc<A>, OpenReport) {
         self.open_on(self.log_devices(), c, app, log_id, volume)
+            .expect("open")
+    }
+
+    /// [`Self::open_own_logs`], its error returned.
+    pub fn try_open_own_logs<A: BlockApp>(
+        &self,
+        c: &BoscConfig,
+        app: A,
+        log_id: u128,
+        volume: u32,
+    ) -> Result<(Bosc<A>, OpenReport), mariner_bosc::Error> {
+        self.open_on(self.log_devices(), c, app, log_id, volume)
     }
 
     /// Opens (recovers) an engine of `app` on the data disk, in own-log mode on `devices`.
@@ -197,7 +214,7 @@ impl Disks {
         app: A,
         log_id: u128,
         volume: u32,
-    ) -> (Bosc<A>, OpenReport) {
+    ) -> Result<(Bosc<A>, OpenReport), mariner_bosc::Error> {
         let durability = Durability::OwnLog {
             devices,
             log: log_cfg(),
@@ -210,7 +227,6 @@ impl Disks {
             durability,
             Arc::new(app),
         )
-        .expect("open")
     }
 }
 
