@@ -11,6 +11,9 @@
 //!   behind: lost writes, stale data, untruncated or unextended tails.
 //! - A failed sync is final ([`Faults::fail_after`]), and like Linux after a writeback error it
 //!   drops the pending writes: reads still see them, but they will never become durable.
+//! - A power cut ([`Faults::power_cut_after`]) stops the disk after a chosen number of writes
+//!   or syncs, its pending writes kept for the crash that follows: a crash between a write and
+//!   its sync, where `fail_after` on the sync would drop them.
 //! - [`Faults::corrupt`] flips bits wherever the data of a range lives.
 //!
 //! Everything is deterministic given the seed and the sequence of operations.
