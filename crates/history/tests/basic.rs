@@ -99,6 +99,20 @@ fn append(log: &Log, e: Entry) -> mariner_log::Appended {
     log.append(e).unwrap().blocking_recv().unwrap().unwrap()
 }
 
+/// Creates the volume (zeros): the oracle, holding that first instant.
+fn create_volume(log: &Log) -> Oracle {
+    let created = append(
+        log,
+        Entry::extent(RecordKind::VolumeCreated, VOL, SIZE, 512),
+    );
+    let image = vec![0; SIZE as usize];
+    Oracle {
+        after: BTreeMap::from([(created.volume_seq, image.clone())]),
+        ts: BTreeMap::from([(created.volume_seq, created.timestamp_ns)]),
+        image,
+    }
+}
+
 fn check_all(h: &History, o: &Oracle, from: u64) {
     for (&vseq, image) in o.after.range(from..) {
         let mut got = vec![0u8; SIZE as usize];
@@ -161,18 +175,8 @@ fn write_some(log: &Log, o: &mut Oracle, n: usize, seed: u64) {
 fn reads_as_of_every_write_before_and_after_indexing_and_a_restart() {
     let rig = Rig::new();
     let (log, h) = rig.open(Duration::from_secs(3600));
-    let created = append(
-        &log,
-        Entry::extent(RecordKind::VolumeCreated, VOL, SIZE, 512),
-    );
+    let mut o = create_volume(&log);
     h.flush().unwrap();
-    let mut o = Oracle {
-        image: vec![0; SIZE as usize],
-        after: BTreeMap::new(),
-        ts: BTreeMap::new(),
-    };
-    o.after.insert(created.volume_seq, o.image.clone());
-    o.ts.insert(created.volume_seq, created.timestamp_ns);
     write_some(&log, &mut o, 100, 1);
     // Nothing indexed yet: all from the tail.
     check_all(&h, &o, 0);
@@ -210,17 +214,7 @@ fn reads_as_of_every_write_before_and_after_indexing_and_a_restart() {
 fn the_base_rolls_forward_past_the_window_and_older_instants_expire() {
     let rig = Rig::new();
     let (log, h) = rig.open(Duration::from_secs(60));
-    let created = append(
-        &log,
-        Entry::extent(RecordKind::VolumeCreated, VOL, SIZE, 512),
-    );
-    let mut o = Oracle {
-        image: vec![0; SIZE as usize],
-        after: BTreeMap::new(),
-        ts: BTreeMap::new(),
-    };
-    o.after.insert(created.volume_seq, o.image.clone());
-    o.ts.insert(created.volume_seq, created.timestamp_ns);
+    let mut o = create_volume(&log);
     write_some(&log, &mut o, 80, 3);
     h.flush().unwrap();
     // An hour later, 40 more writes; the first 81 instants leave the window.
@@ -335,17 +329,7 @@ fn each_volume_keeps_its_own_window_and_a_deleted_one_stays_readable_until_it_le
 fn a_declared_gap_breaks_history_until_it_is_seeded_again() {
     let rig = Rig::new();
     let (log, h) = rig.open(Duration::from_secs(3600));
-    let created = append(
-        &log,
-        Entry::extent(RecordKind::VolumeCreated, VOL, SIZE, 512),
-    );
-    let mut o = Oracle {
-        image: vec![0; SIZE as usize],
-        after: BTreeMap::new(),
-        ts: BTreeMap::new(),
-    };
-    o.after.insert(created.volume_seq, o.image.clone());
-    o.ts.insert(created.volume_seq, created.timestamp_ns);
+    let mut o = create_volume(&log);
     write_some(&log, &mut o, 40, 5);
     h.flush().unwrap();
     check_all(&h, &o, 0);
@@ -410,17 +394,7 @@ fn a_declared_gap_breaks_history_until_it_is_seeded_again() {
 fn a_torn_index_leaf_is_rebuilt_from_the_digests() {
     let rig = Rig::new();
     let (log, h) = rig.open(Duration::from_secs(3600));
-    let created = append(
-        &log,
-        Entry::extent(RecordKind::VolumeCreated, VOL, SIZE, 512),
-    );
-    let mut o = Oracle {
-        image: vec![0; SIZE as usize],
-        after: BTreeMap::new(),
-        ts: BTreeMap::new(),
-    };
-    o.after.insert(created.volume_seq, o.image.clone());
-    o.ts.insert(created.volume_seq, created.timestamp_ns);
+    let mut o = create_volume(&log);
     write_some(&log, &mut o, 100, 3);
     // A clean stop: the leaves are on the disk.
     h.shutdown(true).unwrap();

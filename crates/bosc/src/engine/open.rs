@@ -15,7 +15,6 @@ use mariner_log::{HolderSpec, Log, RecordKind, ReplayPlan};
 
 use super::memory::State;
 use super::pending::GROUP_BLOCKS;
-use super::query::block_lsns;
 use mariner_cpuclass::CpuClass;
 
 use super::{
@@ -23,7 +22,8 @@ use super::{
     LOG_HOLDER,
 };
 use crate::format::{
-    check_block, Checkpoint, CheckpointError, DiskId, Geometry, LoggedMod, CKPT_SLOTS,
+    check_block, BlockError, BlockHeader, Checkpoint, CheckpointError, DiskId, Geometry, LoggedMod,
+    CKPT_SLOTS,
 };
 use crate::runs::plan_runs;
 use crate::Error;
@@ -326,8 +326,6 @@ impl<A: BlockApp> Inner<A> {
         st: &mut State,
         lsns: &mut HashMap<u64, u64>,
     ) -> Result<u64, Error> {
-        // Reads of up to 256 blocks, more than a tenth of them wanted (new leaves bunch).
-        const MAX_READ: u64 = 256;
         let blocks: Vec<u64> = st
             .images
             .keys()
@@ -339,28 +337,18 @@ impl<A: BlockApp> Inner<A> {
             .copied()
             .filter(|b| !lsns.contains_key(b))
             .collect();
-        let bs = self.geo.block_bytes as usize;
-        let mut buf = Vec::new();
-        for run in plan_runs(&unread, MAX_READ, 0.1) {
-            buf.resize(run.len as usize * bs, 0);
-            self.disk
-                .read_at(&mut buf, self.geo.block_offset(run.start))?;
-            if self.geo.dw_runs == 0 {
+        self.read_checked(&unread, |block, check| {
+            let lsn = match check {
+                Ok(h) => h.lsn,
                 // Without a double-write area a block may be torn: one with an image (a
                 // whole-block write) keeps everything queued and takes its content from the
-                // image; the others in the run were only read along and are not kept.
-                for (i, img) in buf.chunks(bs).enumerate() {
-                    let block = run.start + i as u64;
-                    if unread.binary_search(&block).is_ok() {
-                        let lsn = check_block(img, self.disk_id, Some(block)).map_or(0, |h| h.lsn);
-                        lsns.insert(block, lsn);
-                    }
-                }
-                continue;
-            }
-            let read = block_lsns(&buf, self.disk_id, bs, run.start)?;
-            lsns.extend((run.start..).zip(read));
-        }
+                // image; `find_torn` names the others.
+                Err(_) if self.geo.dw_runs == 0 => 0,
+                Err(error) => return Err(Error::Block { block, error }),
+            };
+            lsns.insert(block, lsn);
+            Ok(())
+        })?;
         let mut dropped = 0;
         for b in blocks {
             let lsn = lsns.get(&b).copied().unwrap_or(0);
@@ -386,7 +374,6 @@ impl<A: BlockApp> Inner<A> {
     /// from it; the rest are read, in block order and in runs, and checked. Runs during
     /// recovery, before anything else uses the engine.
     pub(super) fn find_torn(&self) -> Result<Vec<u64>, Error> {
-        const MAX_READ: u64 = 256;
         let wanted: Vec<u64> = {
             let st = lock(&self.state);
             let mut v = Vec::new();
@@ -401,22 +388,35 @@ impl<A: BlockApp> Inner<A> {
             v.sort_unstable();
             v
         };
+        let mut torn = Vec::new();
+        self.read_checked(&wanted, |block, check| {
+            if check.is_err() && wanted.binary_search(&block).is_ok() {
+                torn.push(block);
+            }
+            Ok(())
+        })?;
+        Ok(torn)
+    }
+
+    /// Reads `wanted` (ascending) in runs of up to 256 blocks, more than a tenth of each run
+    /// wanted (new leaves bunch), and hands `f` every block read — wanted or read along —
+    /// with its check.
+    fn read_checked(
+        &self,
+        wanted: &[u64],
+        mut f: impl FnMut(u64, Result<BlockHeader, BlockError>) -> Result<(), Error>,
+    ) -> Result<(), Error> {
+        const MAX_READ: u64 = 256;
         let bs = self.geo.block_bytes as usize;
         let mut buf = Vec::new();
-        let mut torn = Vec::new();
-        for run in plan_runs(&wanted, MAX_READ, 0.1) {
+        for run in plan_runs(wanted, MAX_READ, 0.1) {
             buf.resize(run.len as usize * bs, 0);
             self.disk
                 .read_at(&mut buf, self.geo.block_offset(run.start))?;
-            for (i, img) in buf.chunks(bs).enumerate() {
-                let block = run.start + i as u64;
-                if wanted.binary_search(&block).is_ok()
-                    && check_block(img, self.disk_id, Some(block)).is_err()
-                {
-                    torn.push(block);
-                }
+            for (block, img) in (run.start..).zip(buf.chunks(bs)) {
+                f(block, check_block(img, self.disk_id, Some(block)))?;
             }
         }
-        Ok(torn)
+        Ok(())
     }
 }
