@@ -369,6 +369,9 @@ impl History {
         })?;
         let _ = inner.log.set(log.clone());
         let _ = inner.holder.set(holder);
+        if let Some(cut) = inner.cut_before_start(&recovery.first_kept, indexed)? {
+            inner.note_cut(cut);
+        }
         inner.finish_roll_forward()?;
         inner.prune(None)?;
         let mut replayed = Vec::new();

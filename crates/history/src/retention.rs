@@ -22,6 +22,7 @@
 //! expiry rounds (so it does not hold back the others'); shrinking ignores pins.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::ops::ControlFlow;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::MutexGuard;
 
@@ -335,9 +336,14 @@ impl Inner {
     /// The log let go of records the base did not have yet (it filled faster than the base
     /// rolled forward): the history of those volumes is broken until it is seeded again.
     pub(crate) fn check_cut(&self) {
-        let Some(cut) = self.holder.get().and_then(Holder::cut_to) else {
-            return;
-        };
+        if let Some(cut) = self.holder.get().and_then(Holder::cut_to) {
+            self.note_cut(cut);
+        }
+    }
+
+    /// The log let go of records through `cut`: every volume whose base lacks any of them
+    /// (and is not rolling past them: that roll-forward finds out itself) is broken.
+    pub(crate) fn note_cut(&self, cut: u64) {
         let mut st = lock(&self.state);
         let mut broke = Vec::new();
         for (&id, v) in st.volumes.iter_mut() {
@@ -357,6 +363,62 @@ impl Inner {
             drop(st);
             self.note_views();
         }
+    }
+
+    /// Whether the log cut history before the crash or stop this start follows: the log does
+    /// not save a cut ([`Holder::cut_to`] starts empty), and history may not have noted it
+    /// ([`Self::check_cut`]) before going down. Returns the highest sequence number that may
+    /// be gone, of the records history indexed (those above are checked by their replay).
+    ///
+    /// On each device, the first record history still needs (above what it holds, through
+    /// what it indexed: the digests say where each lies) must be at or after the first record
+    /// the log kept there ([`mariner_log::Recovery::first_kept`]): records of a device are
+    /// let go in its order, so one below it is gone, with every record of that device before
+    /// the first kept — the cut reaches that record's predecessor. Exact with one log device;
+    /// with several, the records other devices hold between the last one lost and the first
+    /// kept are counted in (their volumes are broken too). Reads the digests from what history
+    /// holds until every device has shown its first record, or past the highest first kept.
+    pub(crate) fn cut_before_start(
+        &self,
+        first_kept: &[Option<u64>],
+        indexed: u64,
+    ) -> Result<Option<u64>, HistoryError> {
+        let holds = self.holds(&lock(&self.state));
+        if indexed <= holds || first_kept.is_empty() {
+            return Ok(None);
+        }
+        // Entries from here on are on their devices at or after the first kept.
+        let all_kept_from = first_kept
+            .iter()
+            .map(|f| f.unwrap_or(u64::MAX))
+            .max()
+            .unwrap_or(0);
+        let mut seen = vec![false; first_kept.len()];
+        let mut cut: Option<u64> = None;
+        lock(&self.digests).for_each_until(holds, indexed, None, |e| {
+            if e.seq >= all_kept_from {
+                return Ok(ControlFlow::Break(()));
+            }
+            let dev = e.addr.dev();
+            // A device the log no longer has keeps nothing.
+            let kept = first_kept.get(dev).copied().flatten();
+            if seen.get(dev).copied().unwrap_or(false) {
+                return Ok(ControlFlow::Continue(()));
+            }
+            if let Some(s) = seen.get_mut(dev) {
+                *s = true;
+            }
+            if kept.is_none_or(|f| e.seq < f) {
+                let through = kept.map_or(indexed, |f| f - 1).min(indexed);
+                cut = Some(cut.map_or(through, |c| c.max(through)));
+            }
+            Ok(if seen.iter().all(|&s| s) {
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
+            })
+        })?;
+        Ok(cut)
     }
 
     /// Rolls the bases forward over `entries` (ascending, all indexed).

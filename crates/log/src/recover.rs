@@ -69,6 +69,13 @@ pub struct Recovery {
     pub elapsed: Duration,
     /// Where the records above the watermark lie, for [`crate::Log::replay`].
     pub replay: ReplayPlan,
+    /// Per device, the sequence number of the first record of the oldest segment kept in use
+    /// (`None`: the device keeps no record above the lowest watermark). Every record of the
+    /// device from this one on is still there, and every record of the device below it is
+    /// gone: a holder that persisted a watermark below a record of the device it still needs
+    /// under this number was cut before the crash, and the log cannot say so itself (see
+    /// [`crate::Holder::cut_to`]; history checks this at start against what it indexed).
+    pub first_kept: Vec<Option<u64>>,
 }
 
 pub(crate) struct Resume {
@@ -111,6 +118,11 @@ pub(crate) fn recover(
                 .collect(),
         );
         rec.replay.in_use.push(in_use.iter().copied().collect());
+        rec.first_kept.push(
+            in_use
+                .front()
+                .and_then(|&(segment, _)| scan.first_seqs.get(&segment).copied()),
+        );
         resume.starts.push(start);
         resume.in_use.push(in_use);
         seqs.append(&mut scan.above_seqs);
@@ -192,6 +204,9 @@ fn scan_device(
     order.sort_unstable();
     let mut buf = None;
     for (i, &(generation, segment)) in order.iter().enumerate() {
+        if let Some(first) = firsts[segment as usize] {
+            scan.first_seqs.insert(segment, first.seq);
+        }
         let next = order.get(i + 1).and_then(|&(_, s)| firsts[s as usize]);
         let bound = next
             .filter(|h| h.kind != RecordKind::Void)
@@ -238,6 +253,8 @@ struct DeviceScan {
     in_use: Vec<(u64, u64, u64)>,
     /// The written segment of the highest generation: (generation, segment).
     newest: Option<(u64, u64)>,
+    /// Each written segment's first record's sequence number.
+    first_seqs: BTreeMap<u64, u64>,
     last_seq: u64,
     last_ts: u64,
     volume_seqs: BTreeMap<u32, u64>,

@@ -242,6 +242,58 @@ fn a_restart_keeps_what_the_lowest_holder_holds_and_replays_what_the_store_lacks
     );
 }
 
+/// A cut is not saved by the log: after a restart a holder finds it out from
+/// `Recovery::first_kept`, the first record the log still has on each device.
+#[test]
+fn after_a_restart_the_first_record_kept_shows_a_cut_the_holder_did_not_save() {
+    let devs = device();
+    let holders = [
+        HolderSpec::must_hold("store", 0, 0),
+        HolderSpec::new("history", HoldKind::Shrinkable, 0, 0),
+    ];
+    let log = open(&devs, &holders);
+    let (store, history) = (log.holder("store").unwrap(), log.holder("history").unwrap());
+    let mut acked = Vec::new();
+    while history.cut_to().is_none() {
+        let a = append_sync(&log, write(acked.len() as u64));
+        store.release(a.seq);
+        acked.push(a);
+        assert!(acked.len() < 1000, "history is never cut");
+    }
+    let cut = history.cut_to().unwrap();
+    let last = acked.last().unwrap().seq;
+    log.shutdown();
+
+    // History saved nothing (watermark 0), the store everything.
+    let holders = [
+        HolderSpec::must_hold("store", last, 0),
+        HolderSpec::new("history", HoldKind::Shrinkable, 0, 0),
+    ];
+    let (log, rec) = Log::open(devs.to_vec(), cfg(), LOG_ID, &holders, Arc::new(Ignore)).unwrap();
+    assert_eq!(rec.first_kept.len(), 1);
+    let first = rec.first_kept[0].expect("the device keeps records");
+    assert_eq!(
+        first,
+        cut + 1,
+        "the records through the cut are gone, the next one is kept"
+    );
+    for a in acked.iter().filter(|a| a.seq >= first) {
+        log.read(a.addr, a.seq).unwrap();
+    }
+    assert!(
+        log.read(acked[0].addr, acked[0].seq).is_err(),
+        "the first record was written over"
+    );
+    // Without a cut, the first record kept is at or below what the lowest holder needs.
+    log.shutdown();
+    let holders = [
+        HolderSpec::must_hold("store", last, 0),
+        HolderSpec::new("history", HoldKind::Shrinkable, cut, 0),
+    ];
+    let (_, rec) = Log::open(devs.to_vec(), cfg(), LOG_ID, &holders, Arc::new(Ignore)).unwrap();
+    assert!(rec.first_kept[0].is_some_and(|f| f <= cut + 1));
+}
+
 #[test]
 fn opening_without_a_holder_or_with_a_name_twice_is_refused() {
     let devs = device();

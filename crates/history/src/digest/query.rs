@@ -107,6 +107,19 @@ impl Digests {
         volume: Option<u32>,
         mut f: impl FnMut(&DigestEntry) -> Result<(), HistoryError>,
     ) -> Result<(), HistoryError> {
+        self.for_each_until(after, through, volume, |e| {
+            f(e).map(|()| ControlFlow::Continue(()))
+        })
+    }
+
+    /// [`Self::for_each`] until `f` says to stop.
+    pub fn for_each_until(
+        &self,
+        after: u64,
+        through: u64,
+        volume: Option<u32>,
+        mut f: impl FnMut(&DigestEntry) -> Result<ControlFlow<()>, HistoryError>,
+    ) -> Result<(), HistoryError> {
         if through <= after {
             return Ok(());
         }
@@ -119,8 +132,12 @@ impl Digests {
                 return Ok(Flow::Continue(()));
             }
             for e in file.entries(head, &self.bytes_read)? {
-                if e.seq > after && e.seq <= through && volume.is_none_or(|v| v == e.volume) {
-                    f(&e)?;
+                if e.seq > after
+                    && e.seq <= through
+                    && volume.is_none_or(|v| v == e.volume)
+                    && f(&e)?.is_break()
+                {
+                    return Ok(Flow::Break(()));
                 }
             }
             Ok(Flow::Continue(()))

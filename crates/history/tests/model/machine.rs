@@ -162,7 +162,7 @@ pub fn history_cfg(window: Duration) -> HistoryConfig {
         window,
         min_window: Duration::ZERO,
         index: IndexConfig {
-            block_count: 4096,
+            block_count: 512,
             block_bytes: 4096,
             memory_budget_bytes: 2 << 20,
             log_bytes: 4 << 20,
