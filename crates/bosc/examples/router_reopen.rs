@@ -10,6 +10,7 @@
 //!                                       # times INSERTS random inserts (leaves from an image
 //!                                       # are read at their first put) and keeps them
 //! ```
+//! `BUDGET_MIB` sets the engine's memory budget (default 64), for both.
 //! Evict the data file from the page cache between the two (bench/router-reopen.sh does,
 //! with posix_fadvise DONTNEED) to measure a cold reopen.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -46,10 +47,19 @@ fn cfg(blocks: u64) -> BoscConfig {
     BoscConfig {
         block_bytes: BLOCK,
         block_count: blocks,
-        memory_budget_bytes: 64 << 20,
+        memory_budget_bytes: budget_mib() << 20,
         background: Some(Duration::from_millis(10)),
         ..BoscConfig::default()
     }
+}
+
+/// The engine's memory budget: `BUDGET_MIB` (default 64); the queues a reopen requeues grow
+/// with it.
+fn budget_mib() -> usize {
+    std::env::var("BUDGET_MIB")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(64)
 }
 
 fn log_cfg() -> LogConfig {

@@ -196,6 +196,9 @@ pub struct OpenReport {
     /// ([`Bosc::open`]).
     pub images_dropped: u64,
     pub elapsed: Duration,
+    /// Of `elapsed`: opening the own log (its recovery scan), and requeueing its records.
+    pub log_open: Duration,
+    pub requeue: Duration,
 }
 
 struct Inner<A> {

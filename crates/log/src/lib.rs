@@ -24,6 +24,7 @@ mod dispatch;
 mod error;
 mod grow;
 mod read;
+mod readahead;
 mod recover;
 mod replay;
 mod simulated;

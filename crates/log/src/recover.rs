@@ -41,10 +41,9 @@ use mariner_placement::DeviceStart;
 use crate::format::RecordKind;
 use crate::format::Superblock;
 use crate::holders::OpenMarks;
+use crate::readahead::ReadAhead;
 use crate::replay::ReplayPlan;
-use crate::scan::{
-    first_headers, scan_segment, segment_buffer, Found, SegmentSummary, Stop, Visit,
-};
+use crate::scan::{first_headers, scan_image, Found, SegmentSummary, Stop, Visit};
 use crate::LogError;
 
 /// What recovery found and decided.
@@ -202,8 +201,11 @@ fn scan_device(
         .filter_map(|(h, segment)| h.map(|h| (h.generation, segment)))
         .collect();
     order.sort_unstable();
-    let mut buf = None;
-    for (i, &(generation, segment)) in order.iter().enumerate() {
+    // Per segment in generation order: skipped (the bound standing in for its highest
+    // sequence number), or read whole — those are read one ahead of their parse.
+    let mut skips = Vec::with_capacity(order.len());
+    let mut reads = Vec::new();
+    for (i, &(_, segment)) in order.iter().enumerate() {
         if let Some(first) = firsts[segment as usize] {
             scan.first_seqs.insert(segment, first.seq);
         }
@@ -211,9 +213,20 @@ fn scan_device(
         let bound = next
             .filter(|h| h.kind != RecordKind::Void)
             .map(|h| h.seq.saturating_sub(1));
-        match (bound, firsts[segment as usize]) {
-            (Some(bound), Some(first)) if bound <= scan.after_seq => {
-                scan.skipped(&SegmentSummary {
+        let skip = match (bound, firsts[segment as usize]) {
+            (Some(bound), Some(first)) if bound <= scan.after_seq => Some((bound, first)),
+            _ => None,
+        };
+        if skip.is_none() {
+            reads.push(segment);
+        }
+        skips.push(skip);
+    }
+    std::thread::scope(|scope| {
+        let ahead = ReadAhead::start(scope, disk, sb, &reads)?;
+        for (&(generation, segment), skip) in order.iter().zip(skips) {
+            match skip {
+                Some((bound, first)) => scan.skipped(&SegmentSummary {
                     segment,
                     generation: Some(generation),
                     stop: Stop::End,
@@ -221,18 +234,20 @@ fn scan_device(
                     record_count: 0,
                     max_seq: bound.max(first.seq),
                     max_ts: first.timestamp_ns,
-                });
-            }
-            _ => {
-                let buf = match &mut buf {
-                    Some(b) => b,
-                    None => buf.insert(segment_buffer(disk, sb)?),
-                };
-                scan_segment(disk, dev, sb, segment, buf, scan)?;
+                }),
+                None => {
+                    let (read, image) = ahead
+                        .next()
+                        .ok_or_else(|| std::io::Error::other("the read-ahead stopped early"))?;
+                    debug_assert_eq!(read, segment);
+                    let image = image?;
+                    scan_image(dev, sb, segment, &image, scan);
+                    ahead.recycle(image);
+                }
             }
         }
-    }
-    Ok(())
+        Ok(())
+    })
 }
 
 /// What recovery keeps of one device's scan: the records above the replay watermark, the

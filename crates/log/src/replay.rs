@@ -16,6 +16,8 @@ use std::sync::Arc;
 
 use mariner_disk::{AlignedBuf, Disk};
 
+use crate::readahead::ReadAhead;
+
 use crate::format::{Superblock, RECORD_HEADER_LEN};
 use crate::scan::{parse_segment_with, Found};
 use crate::LogError;
@@ -68,33 +70,35 @@ impl ReplayPlan {
     }
 }
 
-/// One device's stream: the records above the watermark of the segment in `buf`.
-struct Cursor<'a> {
-    disk: &'a dyn Disk,
+/// One device's stream: the records above the watermark of the segment in `buf`, the next
+/// segment read meanwhile ([`ReadAhead`]).
+struct Cursor {
+    ahead: ReadAhead,
     dev: u8,
-    segments: std::slice::Iter<'a, u64>,
-    buf: AlignedBuf,
+    buf: Option<AlignedBuf>,
     base: u64,
     records: Vec<Found>,
     next: usize,
 }
 
-impl Cursor<'_> {
+impl Cursor {
     /// The sequence number of this device's next record, reading segments as needed.
     fn peek(&mut self, sb: &Superblock, after_seq: u64) -> Result<Option<u64>, LogError> {
         while self.next == self.records.len() {
-            let Some(&segment) = self.segments.next() else {
+            let Some((segment, read)) = self.ahead.next() else {
                 return Ok(None);
             };
-            self.base = sb.segment_offset(segment);
             let dev = usize::from(self.dev);
-            self.disk
-                .read_at(&mut self.buf, self.base)
-                .map_err(|source| LogError::Io { dev, source })?;
+            let buf = read.map_err(|source| LogError::Io { dev, source })?;
+            if let Some(done) = self.buf.replace(buf) {
+                self.ahead.recycle(done);
+            }
+            self.base = sb.segment_offset(segment);
             self.records.clear();
             self.next = 0;
             let records = &mut self.records;
-            parse_segment_with(sb.log_id, self.dev, segment, self.base, &self.buf, |f| {
+            let buf = self.buf.as_deref().unwrap_or_default();
+            parse_segment_with(sb.log_id, self.dev, segment, self.base, buf, |f| {
                 if f.header.seq > after_seq {
                     records.push(*f);
                 }
@@ -108,7 +112,8 @@ impl Cursor<'_> {
         let f = self.records[self.next];
         self.next += 1;
         let at = (f.addr.offset() - self.base) as usize + RECORD_HEADER_LEN;
-        (f, &self.buf[at..at + f.header.payload_len as usize])
+        let buf = self.buf.as_deref().unwrap_or_default();
+        (f, &buf[at..at + f.header.payload_len as usize])
     }
 }
 
@@ -119,41 +124,41 @@ pub(crate) fn replay<E: From<LogError>>(
     plan: &ReplayPlan,
     mut f: impl FnMut(&Found, &[u8]) -> Result<(), E>,
 ) -> Result<u64, E> {
-    let mut cursors = Vec::with_capacity(devices.len());
-    for (dev, (disk, segments)) in devices.iter().zip(&plan.segments).enumerate() {
-        let align = (sb.align_bytes as usize).max(disk.alignment()).max(512);
-        let buf = AlignedBuf::new(sb.segment_bytes as usize, align)
-            .map_err(|source| LogError::Io { dev, source })?;
-        cursors.push(Cursor {
-            disk: disk.as_ref(),
-            dev: u8::try_from(dev).map_err(|_| LogError::Config("too many devices".into()))?,
-            segments: segments.iter(),
-            buf,
-            base: 0,
-            records: Vec::new(),
-            next: 0,
-        });
-    }
-    let mut count = 0;
-    let mut last = None;
-    loop {
-        let mut best: Option<(u64, usize)> = None;
-        for (i, c) in cursors.iter_mut().enumerate() {
-            if let Some(seq) = c.peek(sb, plan.after_seq)? {
-                if best.is_none_or(|(s, _)| seq < s) {
-                    best = Some((seq, i));
+    std::thread::scope(|scope| {
+        let mut cursors = Vec::with_capacity(devices.len());
+        for (dev, (disk, segments)) in devices.iter().zip(&plan.segments).enumerate() {
+            let ahead = ReadAhead::start(scope, disk.as_ref(), sb, segments)
+                .map_err(|source| LogError::Io { dev, source })?;
+            cursors.push(Cursor {
+                ahead,
+                dev: u8::try_from(dev).map_err(|_| LogError::Config("too many devices".into()))?,
+                buf: None,
+                base: 0,
+                records: Vec::new(),
+                next: 0,
+            });
+        }
+        let mut count = 0;
+        let mut last = None;
+        loop {
+            let mut best: Option<(u64, usize)> = None;
+            for (i, c) in cursors.iter_mut().enumerate() {
+                if let Some(seq) = c.peek(sb, plan.after_seq)? {
+                    if best.is_none_or(|(s, _)| seq < s) {
+                        best = Some((seq, i));
+                    }
                 }
             }
+            let Some((seq, i)) = best else {
+                return Ok(count);
+            };
+            let (found, payload) = cursors[i].take();
+            if last == Some(seq) {
+                continue;
+            }
+            last = Some(seq);
+            f(&found, payload)?;
+            count += 1;
         }
-        let Some((seq, i)) = best else {
-            return Ok(count);
-        };
-        let (found, payload) = cursors[i].take();
-        if last == Some(seq) {
-            continue;
-        }
-        last = Some(seq);
-        f(&found, payload)?;
-        count += 1;
-    }
+    })
 }

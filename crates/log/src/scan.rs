@@ -197,11 +197,16 @@ pub fn scan_segment<D: Disk + ?Sized, V: Visit>(
     buf: &mut [u8],
     visit: &mut V,
 ) -> std::io::Result<()> {
-    let base = sb.segment_offset(segment);
-    disk.read_at(buf, base)?;
-    let summary = parse_segment_with(sb.log_id, dev, segment, base, buf, |f| visit.record(f));
-    visit.segment(&summary);
+    disk.read_at(buf, sb.segment_offset(segment))?;
+    scan_image(dev, sb, segment, buf, visit);
     Ok(())
+}
+
+/// Parses one segment's image as [`scan_segment`] does after reading it.
+pub fn scan_image<V: Visit>(dev: u8, sb: &Superblock, segment: u64, image: &[u8], visit: &mut V) {
+    let base = sb.segment_offset(segment);
+    let summary = parse_segment_with(sb.log_id, dev, segment, base, image, |f| visit.record(f));
+    visit.segment(&summary);
 }
 
 /// A buffer for one segment of `disk`, aligned as its reads must be.

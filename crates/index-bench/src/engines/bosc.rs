@@ -1,10 +1,11 @@
 //! The B+tree on BOSC, and the BOSC set-up the hash table shares.
 //!
-//! Files: `<engine>.data` (BOSC's data disk, 4 KiB blocks by default) and `<engine>.log`
-//! (BOSC's own mariner-log, one device, zero-filled at creation so fdatasync does not commit
-//! the file system's journal for unwritten extents). Durability: own-log mode. A single
-//! `modify` is durable before it returns (stronger than every N); the benchmark uses the batch
-//! calls, which log a whole batch with one group commit and return when all of it is durable —
+//! Files: `<engine>.data` (BOSC's data disk, 4 KiB blocks by default), `<engine>.router` (the
+//! B+tree's router image) and `<engine>.log` (BOSC's own mariner-log, one device, zero-filled
+//! at creation so fdatasync does not commit the file system's journal for unwritten extents).
+//! Durability: own-log mode. A single `modify` is durable before it returns (stronger than
+//! every N); the benchmark uses the batch calls, which log a whole batch with one group commit
+//! and return when all of it is durable —
 //! the same promise redb's transaction and fjall's persist give every N operations. Recovery
 //! replays the log above the checkpoint into the queues ([`Engine::reopen`] measures it).
 
@@ -29,10 +30,12 @@ const LOG_ID: u128 = 0x1DE8_B05C;
 /// prefix, the modification), rounded up.
 const LOG_RECORD_BYTES: u64 = 160;
 
-/// A BOSC engine's two files and configurations.
+/// A BOSC engine's files and configurations.
 pub(super) struct BoscFiles {
     data: PathBuf,
     log: PathBuf,
+    /// The B+tree's router image (`BPlusTree::open_with_router`).
+    router: PathBuf,
     pub(super) cfg: BoscConfig,
     log_cfg: LogConfig,
 }
@@ -48,6 +51,7 @@ impl BoscFiles {
         let files = Self::existing(cfg, block_count, budget);
         remove_old(&files.data)?;
         remove_old(&files.log)?;
+        remove_old(&files.router)?;
         let data = FileDisk::open(&files.data, &OpenOptions::new().create(true).random(true))?;
         Bosc::<A>::format(&data, &files.cfg)?;
         let log_bytes = (2 * cfg.ops * LOG_RECORD_BYTES).clamp(16 << 20, 1 << 30);
@@ -67,6 +71,7 @@ impl BoscFiles {
         Self {
             data: cfg.dir.join(format!("{name}.data")),
             log: cfg.dir.join(format!("{name}.log")),
+            router: cfg.dir.join(format!("{name}.router")),
             cfg: BoscConfig {
                 block_bytes: cfg.block_bytes,
                 block_count,
@@ -109,6 +114,14 @@ impl BoscFiles {
             durability,
             Arc::new(app),
         )?)
+    }
+
+    /// The router image file, created empty if missing.
+    pub(super) fn router(&self) -> Result<Arc<dyn Disk>, BenchError> {
+        Ok(Arc::new(FileDisk::open(
+            &self.router,
+            &OpenOptions::new().create(true),
+        )?))
     }
 
     pub(super) fn data_path(&self) -> PathBuf {
@@ -154,6 +167,8 @@ pub(super) fn engine_notes<A: BlockApp>(b: &Bosc<A>) -> Map<String, Value> {
 pub(super) fn open_notes(r: &OpenReport) -> Map<String, Value> {
     let mut m = Map::new();
     m.insert("engine_open_s".into(), json!(r.elapsed.as_secs_f64()));
+    m.insert("log_open_s".into(), json!(r.log_open.as_secs_f64()));
+    m.insert("requeue_s".into(), json!(r.requeue.as_secs_f64()));
     m.insert("records_scanned".into(), json!(r.records_scanned));
     m.insert("pending_requeued".into(), json!(r.records_requeued));
     m.insert("images_dropped".into(), json!(r.images_dropped));
@@ -216,6 +231,12 @@ impl Engine for BoscBtree {
     fn load(&mut self, w: &Workload) -> Result<(), BenchError> {
         let (bosc, _) = self.files.open(LeafApp)?;
         let tree = BPlusTree::bulk_load(bosc, None, self.fill, w.preloaded())?;
+        // Opened once more with its router image file (untimed set-up: this open reads every
+        // leaf, as there is no image yet, and writes the first), as history's index is: a
+        // reopen then reads the router from the image instead of every leaf.
+        drop(tree);
+        let (bosc, _) = self.files.open(LeafApp)?;
+        let tree = BPlusTree::open_with_router(bosc, None, self.files.router()?)?;
         tree.set_log_parts(self.log_parts);
         self.tree = Some(tree);
         self.rebudget()
@@ -249,11 +270,17 @@ impl Engine for BoscBtree {
         let engine_peak = crate::report::peak_rss_bytes();
         let queue_bytes = bosc.memory_bytes();
         let scan = Instant::now();
-        let tree = BPlusTree::open(bosc, None)?;
+        let tree = BPlusTree::open_with_router(bosc, None, self.files.router()?)?;
         tree.set_log_parts(self.log_parts);
-        self.tree = Some(tree);
         let mut notes = open_notes(&report);
         notes.insert("tree_scan_s".into(), json!(scan.elapsed().as_secs_f64()));
+        let r = tree.router_open();
+        notes.insert("router_from_image".into(), json!(r.from_image));
+        notes.insert("router_blocks_scanned".into(), json!(r.blocks_scanned));
+        if let Some(why) = &r.fallback {
+            notes.insert("router_fallback".into(), json!(why));
+        }
+        self.tree = Some(tree);
         // Where a reopen's memory goes: the engine's recovery, then the scan of the leaves.
         notes.insert("peak_rss_after_engine_open".into(), json!(engine_peak));
         notes.insert("queue_bytes_after_engine_open".into(), json!(queue_bytes));
