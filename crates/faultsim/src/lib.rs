@@ -56,6 +56,9 @@ pub struct Summary {
     pub no_space: u64,
     /// Segments the log let go of past a second holder (history, a replica) to make room.
     pub holder_cuts: u64,
+    /// Records of the second holder's, above its persisted watermark, gone after a restart
+    /// (a cut the crash kept it from hearing of), each below the first record its device kept.
+    pub cut_records_found_at_open: u64,
 }
 
 impl Summary {
@@ -73,6 +76,7 @@ impl Summary {
         self.log_full += o.log_full;
         self.no_space += o.no_space;
         self.holder_cuts += o.holder_cuts;
+        self.cut_records_found_at_open += o.cut_records_found_at_open;
     }
 }
 
@@ -83,7 +87,7 @@ impl fmt::Display for Summary {
             "{} seeds: {} records appended, {} acknowledged, {} batches, {} crashes, {} faults, \
              {} unacknowledged records recovered and {} lost, {} torn tails, {} reads checked, \
              {} appends into a full log, {} applier rounds out of space, {} segments cut from a \
-             second holder",
+             second holder ({} of its records found gone at an open)",
             self.seeds,
             self.appended,
             self.acked,
@@ -96,7 +100,8 @@ impl fmt::Display for Summary {
             self.reads,
             self.log_full,
             self.no_space,
-            self.holder_cuts
+            self.holder_cuts,
+            self.cut_records_found_at_open
         )
     }
 }

@@ -19,6 +19,8 @@ fn seeds_hold_every_invariant() {
             assert!(s.faults > 0 && s.torn_tails > 0, "{s}");
             assert!(s.log_full > 0 && s.no_space > 0, "{s}");
             assert!(s.holder_cuts > 0, "{s}");
+            // ... including records a crash kept the second holder from hearing were cut.
+            assert!(s.cut_records_found_at_open > 0, "{s}");
         }
         Err(f) => panic!("{f}"),
     }
@@ -26,10 +28,12 @@ fn seeds_hold_every_invariant() {
 
 /// Seeds that found bugs, run on every CI whatever `FAULTSIM_SEEDS` says: 6792 (a segment
 /// whose first batch was lost counted as free), 217790 (after a cut, a hole of an older
-/// generation made recovery leave a segment of records to apply out of the run).
+/// generation made recovery leave a segment of records to apply out of the run), 9228 (a
+/// crash tore the batch reusing a segment cut from the second holder while its old first
+/// record stayed: recovery took the segment's damaged records for kept).
 #[test]
 fn seeds_that_found_bugs_still_pass() {
-    for seed in [6792, 217_790] {
+    for seed in [6792, 217_790, 9228] {
         if let Err(f) = mariner_faultsim::run_seed(seed, false) {
             panic!("{f}");
         }

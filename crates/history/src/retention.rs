@@ -373,10 +373,11 @@ impl Inner {
     /// On each device, the first record history still needs (above what it holds, through
     /// what it indexed: the digests say where each lies) must be at or after the first record
     /// the log kept there ([`mariner_log::Recovery::first_kept`]): records of a device are
-    /// let go in its order, so one below it is gone, with every record of that device before
-    /// the first kept — the cut reaches that record's predecessor. Exact with one log device;
-    /// with several, the records other devices hold between the last one lost and the first
-    /// kept are counted in (their volumes are broken too). Reads the digests from what history
+    /// let go in its order, so one below it may be gone, with every record of that device
+    /// before the first kept — the cut is taken to reach that record's predecessor. Exact
+    /// with one log device whose oldest segment kept starts with a record appended, not a void
+    /// an open wrote; otherwise it may count in records that are still there (on other
+    /// devices, or in that segment), and break their volumes too. Reads the digests from what history
     /// holds until every device has shown its first record, or past the highest first kept.
     pub(crate) fn cut_before_start(
         &self,

@@ -1,7 +1,7 @@
 //! The dispatcher's clock-free core ([`Dispatch`]): what the writer decides, without reading a
 //! clock or touching a disk.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 
 use mariner_placement::{Action, DeviceModel, Nanos, Policy, PolicyError};
 
@@ -30,6 +30,10 @@ pub struct Dispatch<M> {
     in_use: Vec<VecDeque<(u64, u64)>>,
     /// The holders' watermarks, in the order they were opened with.
     holds: Vec<Hold>,
+    /// Segments let go of while a holder still counted on records in them (it was cut),
+    /// as (device, segment): their first block is invalidated before they are written again
+    /// ([`Self::invalidate_before_reuse`]).
+    cut_segments: BTreeSet<(usize, u64)>,
 }
 
 impl<M: DeviceModel> Dispatch<M> {
@@ -39,6 +43,7 @@ impl<M: DeviceModel> Dispatch<M> {
             policy,
             in_use,
             holds,
+            cut_segments: BTreeSet::new(),
         }
     }
 
@@ -252,8 +257,22 @@ impl<M: DeviceModel> Dispatch<M> {
     }
 
     fn free_front(&mut self, dev: usize, now: Nanos, actions: &mut Vec<Action>) {
-        self.in_use[dev].pop_front();
+        if let Some((segment, max_seq)) = self.in_use[dev].pop_front() {
+            if max_seq > 0 && self.holds.iter().any(|h| h.cut_to >= max_seq) {
+                self.cut_segments.insert((dev, segment));
+            }
+        }
         actions.extend(self.policy.segment_released(dev, now).unwrap_or_default());
+    }
+
+    /// Whether the writer must invalidate `segment`'s first block on `dev` (write it over and
+    /// sync it) before the first batch into it: a holder was cut past records in it, and it
+    /// has not saved that. Were the batch torn by a crash while the segment's old first
+    /// record stayed, recovery would take the segment's old records for kept
+    /// (`Recovery::first_kept`) where the batch damaged them; with the first block invalid,
+    /// the segment counts as free and the cut shows (crates/faultsim, seed 9228).
+    pub fn invalidate_before_reuse(&mut self, dev: usize, segment: u64) -> bool {
+        self.cut_segments.remove(&(dev, segment))
     }
 
     /// Segment bookkeeping for an action about to be executed: a segment switch opens a new

@@ -447,6 +447,7 @@ impl Log {
             sync_each_write: cfg.sync_each_write,
             device_depth: cfg.device_depth,
             clock: Arc::clone(&clock),
+            segments: (sb.data_offset, sb.segment_bytes),
         };
         let (shared, threads, sim) = match runtime {
             Runtime::Threads(_) => {

@@ -69,9 +69,9 @@ pub struct Recovery {
     /// Where the records above the watermark lie, for [`crate::Log::replay`].
     pub replay: ReplayPlan,
     /// Per device, the sequence number of the first record of the oldest segment kept in use
-    /// (`None`: the device keeps no record above the lowest watermark). Every record of the
-    /// device from this one on is still there, and every record of the device below it is
-    /// gone: a holder that persisted a watermark below a record of the device it still needs
+    /// (`None`: the device keeps no record above the lowest watermark; when that record is a
+    /// void, one past the segment's highest sequence number). Every record of the device from
+    /// this number on is still there, and a record of the device below it may be gone: a holder that persisted a watermark below a record of the device it still needs
     /// under this number was cut before the crash, and the log cannot say so itself (see
     /// [`crate::Holder::cut_to`]; history checks this at start against what it indexed).
     pub first_kept: Vec<Option<u64>>,
@@ -117,11 +117,19 @@ pub(crate) fn recover(
                 .collect(),
         );
         rec.replay.in_use.push(in_use.iter().copied().collect());
-        rec.first_kept.push(
-            in_use
-                .front()
-                .and_then(|&(segment, _)| scan.first_seqs.get(&segment).copied()),
-        );
+        rec.first_kept
+            .push(in_use.front().and_then(|&(segment, max_seq)| {
+                // A void first (written at an open, numbered below records of earlier segments):
+                // the segment's own first record is unknown without reading it, so only what
+                // follows the segment counts as kept.
+                scan.first_seqs.get(&segment).map(|&(seq, void)| {
+                    if void {
+                        max_seq.saturating_add(1)
+                    } else {
+                        seq
+                    }
+                })
+            }));
         resume.starts.push(start);
         resume.in_use.push(in_use);
         seqs.append(&mut scan.above_seqs);
@@ -207,7 +215,8 @@ fn scan_device(
     let mut reads = Vec::new();
     for (i, &(_, segment)) in order.iter().enumerate() {
         if let Some(first) = firsts[segment as usize] {
-            scan.first_seqs.insert(segment, first.seq);
+            scan.first_seqs
+                .insert(segment, (first.seq, first.kind == RecordKind::Void));
         }
         let next = order.get(i + 1).and_then(|&(_, s)| firsts[s as usize]);
         let bound = next
@@ -268,8 +277,8 @@ struct DeviceScan {
     in_use: Vec<(u64, u64, u64)>,
     /// The written segment of the highest generation: (generation, segment).
     newest: Option<(u64, u64)>,
-    /// Each written segment's first record's sequence number.
-    first_seqs: BTreeMap<u64, u64>,
+    /// Each written segment's first record: its sequence number, and whether it is a void.
+    first_seqs: BTreeMap<u64, (u64, bool)>,
     last_seq: u64,
     last_ts: u64,
     volume_seqs: BTreeMap<u32, u64>,

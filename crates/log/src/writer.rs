@@ -179,6 +179,10 @@ pub(crate) struct Writer {
     /// is awake, when it looks at the policy's deadline itself before sleeping again.
     timer_sleeps_until: Option<Nanos>,
     shut: bool,
+    /// The devices, for [`Self::invalidate`] (batches go through the device threads).
+    devices: Vec<Arc<dyn Disk>>,
+    /// Where segments lie on a device: (data offset, segment bytes).
+    segments: (u64, u64),
 }
 
 /// Starts the device threads and returns the dispatcher state.
@@ -201,6 +205,8 @@ pub(crate) struct WriterParts {
     /// Threads writing each device's batches (the policy's device depth), at least 1.
     pub device_depth: u32,
     pub clock: Arc<dyn Clock>,
+    /// Where segments lie on a device: (data offset, segment bytes).
+    pub segments: (u64, u64),
 }
 
 /// The dispatcher state and one acknowledgement context per device, before any thread runs.
@@ -244,6 +250,8 @@ fn assemble(
         spare: Vec::new(),
         timer_sleeps_until: None,
         shut: false,
+        devices: devices.to_vec(),
+        segments: parts.segments,
     };
     w.store_holds();
     let shared = Arc::new(Shared {
@@ -507,7 +515,15 @@ impl Writer {
             self.core.account(&a);
             match a {
                 Action::Write(w) => self.start_write(w),
-                Action::SwitchSegment { .. } => {
+                Action::SwitchSegment { dev, segment, .. } => {
+                    if self.core.invalidate_before_reuse(dev, segment) {
+                        if let Err(e) = self.invalidate(dev, segment) {
+                            return self.fail(format!(
+                                "device {dev}: invalidating segment {segment} before its \
+                                 reuse: {e}"
+                            ));
+                        }
+                    }
                     self.stats.segments_used.fetch_add(1, Relaxed);
                     self.store_holds();
                 }
@@ -642,6 +658,19 @@ impl Writer {
         for (hold, stats) in self.core.holds().iter().zip(&self.holders) {
             stats.store(hold, self.core.segments_above(hold.released));
         }
+    }
+
+    /// Writes zeros over `segment`'s first block on `dev` and syncs, before any batch goes
+    /// into it ([`Dispatch::invalidate_before_reuse`]). On the dispatcher's thread, under its
+    /// lock: only when a cut let go of the segment, while writers wait for space anyway.
+    fn invalidate(&mut self, dev: usize, segment: u64) -> std::io::Result<()> {
+        let Some(disk) = self.devices.get(dev) else {
+            return Ok(());
+        };
+        let align = self.align.max(disk.alignment()).max(512);
+        let zeros = AlignedBuf::new(align, align)?;
+        disk.write_at(&zeros, self.segments.0 + segment * self.segments.1)?;
+        disk.sync()
     }
 
     fn fail(&mut self, why: String) {

@@ -2,12 +2,17 @@
 //! (bounded) will be (crates/log/src/holders.rs): it releases now and then, lags the store,
 //! and releases nothing at all while the node drains. The log must cut it rather than keep
 //! writers waiting, must never cut it past what the store released, and must hand it back its
-//! persisted watermark's segments after a crash.
+//! persisted watermark's segments after a crash. After a restart, every record it still needs
+//! must be readable from the first record the log says it kept on the record's device on
+//! (`Recovery::first_kept`, which history's start uses to find a cut it did not hear of).
 //!
 //! Drawn from its own generator (seeded from the seed), so a seed without it runs exactly as
 //! before it existed.
 
-use mariner_log::{HoldKind, Holder, HolderSpec};
+use std::collections::BTreeMap;
+
+use mariner_log::format::LogAddr;
+use mariner_log::{HoldKind, Holder, HolderSpec, Recovery};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -24,6 +29,8 @@ pub(crate) struct SecondHolder {
     handle: Option<Holder>,
     /// Cuts already counted into the summary.
     cuts_seen: u64,
+    /// Durable records above `persisted`, where they lie.
+    held: BTreeMap<u64, LogAddr>,
 }
 
 impl SecondHolder {
@@ -43,6 +50,7 @@ impl SecondHolder {
             persisted: 0,
             handle: None,
             cuts_seen: 0,
+            held: BTreeMap::new(),
         })
     }
 
@@ -90,6 +98,7 @@ impl World {
         if release && target <= durable {
             h.release(target);
             s.persisted = s.persisted.max(target);
+            s.held = s.held.split_off(&(s.persisted + 1));
         }
         self.summary.holder_cuts += new_cuts;
         if let Some(cut) = h.cut_to().filter(|&c| c > store_released) {
@@ -103,6 +112,44 @@ impl World {
                 h.released()
             )));
         }
+        Ok(())
+    }
+
+    /// Record `seq`, at `addr`, is durable (acknowledged, or found by recovery).
+    pub(crate) fn second_holder_durable(&mut self, seq: u64, addr: LogAddr) {
+        if let Some(s) = self.second.as_mut().filter(|s| seq > s.persisted) {
+            s.held.insert(seq, addr);
+        }
+    }
+
+    /// After an open: every record the second holder still needs that lies at or after the
+    /// first record recovery says its device kept is readable; those gone lie below it.
+    pub(crate) fn check_first_kept(&mut self, rec: &Recovery) -> Result<(), Failure> {
+        let Some(node) = &self.node else {
+            return Ok(());
+        };
+        let Some(s) = self.second.as_ref() else {
+            return Ok(());
+        };
+        // Records the log cut since it opened (writing the voids may take the space) are
+        // gone with the holder told so: not recovery's to say.
+        let cut_since = s.handle.as_ref().and_then(Holder::cut_to).unwrap_or(0);
+        let mut gone = 0;
+        for (&seq, &addr) in s.held.range(s.persisted.max(cut_since) + 1..) {
+            let kept = rec.first_kept.get(addr.dev()).copied().flatten();
+            match node.log.read(addr, seq) {
+                Ok(_) => {}
+                Err(e) if kept.is_some_and(|f| seq >= f) => {
+                    return Err(self.fail(format!(
+                        "{NAME}'s record {seq} is gone ({e}), yet its device {} kept every \
+                         record from {kept:?} on",
+                        addr.dev()
+                    )));
+                }
+                Err(_) => gone += 1,
+            }
+        }
+        self.summary.cut_records_found_at_open += gone;
         Ok(())
     }
 }

@@ -239,8 +239,12 @@ impl World {
                 fut,
             });
         }
+        for f in &rec.records {
+            self.second_holder_durable(f.header.seq, f.addr);
+        }
         self.node = Some(Node { log, store, sim });
         self.attach_second_holder()?;
+        self.check_first_kept(&rec)?;
         for v in 0..self.images.len() {
             self.check_read(v, 0, self.images[v].size, "after recovery")?;
         }
@@ -345,6 +349,7 @@ impl World {
                         )));
                     }
                     if !w.void {
+                        self.second_holder_durable(a.seq, a.addr);
                         self.acknowledged(a.seq, a.timestamp_ns)?;
                         self.check_volume_seq(a.seq, a.volume_seq)?;
                     }
