@@ -364,15 +364,27 @@ impl LoggedMod {
     /// `None` for a short payload, another version or an unknown op: garbage is refused, not
     /// misparsed.
     pub fn decode(b: &[u8]) -> Option<Self> {
+        let (op, global_frontier, local_frontier, bytes) = Self::decode_parts(b)?;
+        Some(Self {
+            op,
+            global_frontier,
+            local_frontier,
+            bytes: bytes.to_vec(),
+        })
+    }
+
+    /// [`Self::decode`] without copying the modification: `(op, global frontier, local
+    /// frontier, bytes)` (recovery replays a million records and more).
+    pub fn decode_parts(b: &[u8]) -> Option<(Op, u64, u64, &[u8])> {
         if b.len() < RECORD_PREFIX_LEN || u16::from_le_bytes([b[0], b[1]]) != RECORD_VERSION {
             return None;
         }
-        Some(Self {
-            op: Op::from_code(b[2])?,
-            global_frontier: u64_at(b, 3),
-            local_frontier: u64_at(b, 11),
-            bytes: b[RECORD_PREFIX_LEN..].to_vec(),
-        })
+        Some((
+            Op::from_code(b[2])?,
+            u64_at(b, 3),
+            u64_at(b, 11),
+            &b[RECORD_PREFIX_LEN..],
+        ))
     }
 }
 

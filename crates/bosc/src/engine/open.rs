@@ -293,16 +293,17 @@ impl<A: BlockApp> Inner<A> {
                 return Ok(());
             }
             scanned += 1;
-            let m = LoggedMod::decode(payload).ok_or(Error::BadRecord(seq))?;
+            let (op, global_frontier, local_frontier, bytes) =
+                LoggedMod::decode_parts(payload).ok_or(Error::BadRecord(seq))?;
             if block >= self.geo.block_count {
                 return Err(Error::BadRecord(seq));
             }
             // A record's own frontiers lie below its sequence number, and so do those of every
             // record before it: it is queued, and the frontiers prune older entries later.
-            frontiers.global = frontiers.global.max(m.global_frontier);
+            frontiers.global = frontiers.global.max(global_frontier);
             let lf = frontiers.local.entry(block).or_insert(0);
-            *lf = (*lf).max(m.local_frontier);
-            self.enqueue(&mut st, block, seq, m.op, m.bytes);
+            *lf = (*lf).max(local_frontier);
+            self.enqueue(&mut st, block, seq, op, bytes);
             if st.memory_bytes > prune_above {
                 frontiers.prune(&mut st);
                 if st.memory_bytes > budget {

@@ -199,7 +199,7 @@ impl<A: BlockApp> Inner<A> {
         };
         let n = changes.len() as u64;
         for (seq, c) in (first..).zip(changes) {
-            self.enqueue(&mut st, c.block, seq, c.op, c.bytes);
+            self.enqueue(&mut st, c.block, seq, c.op, &c.bytes);
         }
         st.max_seen = st.max_seen.max(first + n - 1);
         st.undurable.insert(first);
@@ -294,11 +294,11 @@ impl<A: BlockApp> Inner<A> {
             });
         }
         st.max_seen = position;
-        self.enqueue(&mut st, block, position, op, bytes.to_vec());
+        self.enqueue(&mut st, block, position, op, bytes);
         Ok(())
     }
 
-    pub(super) fn enqueue(&self, st: &mut State, block: u64, seq: u64, op: Op, bytes: Vec<u8>) {
+    pub(super) fn enqueue(&self, st: &mut State, block: u64, seq: u64, op: Op, bytes: &[u8]) {
         self.stats.modifications.fetch_add(1, Ordering::Relaxed);
         if op != Op::Write && self.images_over_share(st) && st.clean.contains(&block) {
             // Modified, the image would stay until committed: past its share of the budget
@@ -313,11 +313,11 @@ impl<A: BlockApp> Inner<A> {
         }
         let change = match st.images.get_mut(&block) {
             Some(c) => {
-                apply_op(self.app.as_ref(), block, &mut c.image, op, &bytes);
+                apply_op(self.app.as_ref(), block, &mut c.image, op, bytes);
                 c.lsn = seq;
                 None
             }
-            None => Some((op, &bytes[..])),
+            None => Some((op, bytes)),
         };
         st.with_group(block, |g, offset| {
             debug_assert!(
