@@ -31,8 +31,7 @@ pub struct Dispatch<M> {
     /// The holders' watermarks, in the order they were opened with.
     holds: Vec<Hold>,
     /// Segments let go of while a holder still counted on records in them (it was cut),
-    /// as (device, segment): their first block is invalidated before they are written again
-    /// ([`Self::invalidate_before_reuse`]).
+    /// as (device, segment), until the writer invalidates them ([`Self::take_cut_segments`]).
     cut_segments: BTreeSet<(usize, u64)>,
 }
 
@@ -265,14 +264,16 @@ impl<M: DeviceModel> Dispatch<M> {
         actions.extend(self.policy.segment_released(dev, now).unwrap_or_default());
     }
 
-    /// Whether the writer must invalidate `segment`'s first block on `dev` (write it over and
-    /// sync it) before the first batch into it: a holder was cut past records in it, and it
-    /// has not saved that. Were the batch torn by a crash while the segment's old first
-    /// record stayed, recovery would take the segment's old records for kept
-    /// (`Recovery::first_kept`) where the batch damaged them; with the first block invalid,
-    /// the segment counts as free and the cut shows (crates/faultsim, seed 9228).
-    pub fn invalidate_before_reuse(&mut self, dev: usize, segment: u64) -> bool {
-        self.cut_segments.remove(&(dev, segment))
+    /// Takes the segments let go of while a holder still counted on records in them (it
+    /// was cut past them, and has not saved that): the writer invalidates each one's first
+    /// block (writes it over and syncs) before it executes the actions that came with them,
+    /// so before any batch goes into one. A crash then finds them free, as the log left
+    /// them. Otherwise recovery would take one for kept when its old first record stayed:
+    /// under a batch the crash tore (crates/faultsim, seed 9228), or while a newer segment
+    /// let go of with it was written again first (seed 88315) — and a holder that needs
+    /// records lost with them could not tell from `Recovery::first_kept`.
+    pub fn take_cut_segments(&mut self) -> Vec<(usize, u64)> {
+        std::mem::take(&mut self.cut_segments).into_iter().collect()
     }
 
     /// Segment bookkeeping for an action about to be executed: a segment switch opens a new

@@ -68,10 +68,9 @@ pub struct Recovery {
     pub elapsed: Duration,
     /// Where the records above the watermark lie, for [`crate::Log::replay`].
     pub replay: ReplayPlan,
-    /// Per device, the sequence number of the first record of the oldest segment kept in use
-    /// (`None`: the device keeps no record above the lowest watermark; when that record is a
-    /// void, one past the segment's highest sequence number). Every record of the device from
-    /// this number on is still there, and a record of the device below it may be gone: a holder that persisted a watermark below a record of the device it still needs
+    /// Per device, the lowest sequence number of a record in the segments kept in use, voids
+    /// aside (`None`: they hold none). Every record of the device from this number on, voids
+    /// aside, is still there, and a record of the device below it may be gone: a holder that persisted a watermark below a record of the device it still needs
     /// under this number was cut before the crash, and the log cannot say so itself (see
     /// [`crate::Holder::cut_to`]; history checks this at start against what it indexed).
     pub first_kept: Vec<Option<u64>>,
@@ -117,19 +116,15 @@ pub(crate) fn recover(
                 .collect(),
         );
         rec.replay.in_use.push(in_use.iter().copied().collect());
-        rec.first_kept
-            .push(in_use.front().and_then(|&(segment, max_seq)| {
-                // A void first (written at an open, numbered below records of earlier segments):
-                // the segment's own first record is unknown without reading it, so only what
-                // follows the segment counts as kept.
-                scan.first_seqs.get(&segment).map(|&(seq, void)| {
-                    if void {
-                        max_seq.saturating_add(1)
-                    } else {
-                        seq
-                    }
-                })
-            }));
+        // The segments kept hold every record of the device from their lowest one on, voids
+        // aside (numbered at an open below records of earlier segments, they say nothing of
+        // what was let go).
+        rec.first_kept.push(
+            in_use
+                .iter()
+                .filter_map(|(segment, _)| scan.first_real.get(segment).copied().flatten())
+                .min(),
+        );
         resume.starts.push(start);
         resume.in_use.push(in_use);
         seqs.append(&mut scan.above_seqs);
@@ -190,12 +185,13 @@ fn scan_all(
 /// On one device, records other than voids are written in sequence order, segment after
 /// segment in generation order; void records are written only when the log opens, first, with
 /// numbers below every record appended after them. So every record of a segment is below the
-/// first record of the segment written after it (the next higher generation on the device),
-/// unless that one is a void. A segment whose bound is at or below the replay watermark is not
-/// read: it holds nothing to replay and no gap; the bound stands in for its highest sequence
-/// number (which only ever keeps it in use a little longer), and its first record's timestamp
-/// and the next one's sequence number count for the log's last ones. The newest segment and
-/// any segment followed by a void are read whole.
+/// first record of the segment written after it (the next generation on the device), unless
+/// that one is a void. A segment whose bound is at or below the replay watermark is not read:
+/// it holds nothing to replay and no gap; the bound stands in for its highest sequence number
+/// (which only ever keeps it in use a little longer), and its first record's timestamp and the
+/// next one's sequence number count for the log's last ones. The newest segment, any segment
+/// followed by a void, and any whose next generation is missing (a segment a cut let go of
+/// was invalidated: `Dispatch::take_cut_segments`) are read whole.
 fn scan_device(
     disk: &dyn Disk,
     dev: u8,
@@ -213,17 +209,27 @@ fn scan_device(
     // sequence number), or read whole — those are read one ahead of their parse.
     let mut skips = Vec::with_capacity(order.len());
     let mut reads = Vec::new();
-    for (i, &(_, segment)) in order.iter().enumerate() {
-        if let Some(first) = firsts[segment as usize] {
-            scan.first_seqs
-                .insert(segment, (first.seq, first.kind == RecordKind::Void));
+    for (i, &(generation, segment)) in order.iter().enumerate() {
+        // Records after the first are in sequence order, so a first record that is not a void
+        // is the segment's lowest; a segment that starts with voids is read whole for it.
+        let starts_void = firsts[segment as usize].is_some_and(|h| h.kind == RecordKind::Void);
+        if let Some(first) = firsts[segment as usize].filter(|_| !starts_void) {
+            scan.first_real.insert(segment, Some(first.seq));
         }
-        let next = order.get(i + 1).and_then(|&(_, s)| firsts[s as usize]);
+        // Only the segment written right after this one bounds it: a generation between
+        // them (a segment a cut let go of and invalidated, not yet written again) may have
+        // held records in between, and this one is then read whole.
+        let next = order
+            .get(i + 1)
+            .filter(|&&(g, _)| g == generation + 1)
+            .and_then(|&(_, s)| firsts[s as usize]);
         let bound = next
             .filter(|h| h.kind != RecordKind::Void)
             .map(|h| h.seq.saturating_sub(1));
         let skip = match (bound, firsts[segment as usize]) {
-            (Some(bound), Some(first)) if bound <= scan.after_seq => Some((bound, first)),
+            (Some(bound), Some(first)) if bound <= scan.after_seq && !starts_void => {
+                Some((bound, first))
+            }
             _ => None,
         };
         if skip.is_none() {
@@ -277,8 +283,10 @@ struct DeviceScan {
     in_use: Vec<(u64, u64, u64)>,
     /// The written segment of the highest generation: (generation, segment).
     newest: Option<(u64, u64)>,
-    /// Each written segment's first record: its sequence number, and whether it is a void.
-    first_seqs: BTreeMap<u64, (u64, bool)>,
+    /// Each written segment's lowest record that is not a void (`None`: only voids).
+    first_real: BTreeMap<u64, Option<u64>>,
+    /// That of the segment being parsed, so far.
+    parsing_first_real: Option<u64>,
     last_seq: u64,
     last_ts: u64,
     volume_seqs: BTreeMap<u32, u64>,
@@ -361,6 +369,9 @@ impl DeviceScan {
 impl Visit for DeviceScan {
     fn record(&mut self, found: &Found) {
         let h = &found.header;
+        if h.kind != RecordKind::Void {
+            self.parsing_first_real = Some(self.parsing_first_real.map_or(h.seq, |f| f.min(h.seq)));
+        }
         if h.volume_seq > 0 {
             let last = self.volume_seqs.entry(h.volume).or_insert(0);
             *last = (*last).max(h.volume_seq);
@@ -376,6 +387,10 @@ impl Visit for DeviceScan {
     }
 
     fn segment(&mut self, s: &SegmentSummary) {
+        let first_real = self.parsing_first_real.take();
+        if s.generation.is_some() {
+            self.first_real.insert(s.segment, first_real);
+        }
         self.segments_scanned += 1;
         self.bytes_scanned += s.used_bytes;
         if matches!(s.stop, Stop::BadHeader | Stop::BadPayload) {

@@ -511,19 +511,17 @@ impl Writer {
         if self.shut {
             return;
         }
+        let cut = self.core.take_cut_segments();
+        if !cut.is_empty() {
+            if let Err(e) = self.invalidate(&cut) {
+                return self.fail(format!("invalidating segments a cut let go of: {e}"));
+            }
+        }
         for a in actions {
             self.core.account(&a);
             match a {
                 Action::Write(w) => self.start_write(w),
-                Action::SwitchSegment { dev, segment, .. } => {
-                    if self.core.invalidate_before_reuse(dev, segment) {
-                        if let Err(e) = self.invalidate(dev, segment) {
-                            return self.fail(format!(
-                                "device {dev}: invalidating segment {segment} before its \
-                                 reuse: {e}"
-                            ));
-                        }
-                    }
+                Action::SwitchSegment { .. } => {
                     self.stats.segments_used.fetch_add(1, Relaxed);
                     self.store_holds();
                 }
@@ -660,17 +658,26 @@ impl Writer {
         }
     }
 
-    /// Writes zeros over `segment`'s first block on `dev` and syncs, before any batch goes
-    /// into it ([`Dispatch::invalidate_before_reuse`]). On the dispatcher's thread, under its
-    /// lock: only when a cut let go of the segment, while writers wait for space anyway.
-    fn invalidate(&mut self, dev: usize, segment: u64) -> std::io::Result<()> {
-        let Some(disk) = self.devices.get(dev) else {
-            return Ok(());
-        };
-        let align = self.align.max(disk.alignment()).max(512);
-        let zeros = AlignedBuf::new(align, align)?;
-        disk.write_at(&zeros, self.segments.0 + segment * self.segments.1)?;
-        disk.sync()
+    /// Writes zeros over the first block of each of `segments` (device, segment) and syncs
+    /// their devices ([`Dispatch::take_cut_segments`]). On the dispatcher's thread, under its
+    /// lock: only after a cut, while writers wait for space anyway.
+    fn invalidate(&mut self, segments: &[(usize, u64)]) -> std::io::Result<()> {
+        let mut synced = Vec::new();
+        for &(dev, segment) in segments {
+            let Some(disk) = self.devices.get(dev) else {
+                continue;
+            };
+            let align = self.align.max(disk.alignment()).max(512);
+            let zeros = AlignedBuf::new(align, align)?;
+            disk.write_at(&zeros, self.segments.0 + segment * self.segments.1)?;
+            if !synced.contains(&dev) {
+                synced.push(dev);
+            }
+        }
+        for dev in synced {
+            self.devices[dev].sync()?;
+        }
+        Ok(())
     }
 
     fn fail(&mut self, why: String) {
