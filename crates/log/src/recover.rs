@@ -119,9 +119,11 @@ pub(crate) fn recover(
         // The segments kept hold every record of the device from their lowest one on, voids
         // aside (numbered at an open below records of earlier segments, they say nothing of
         // what was let go).
+        // (Holes in the run, highest sequence number 0, show older data: not kept.)
         rec.first_kept.push(
             in_use
                 .iter()
+                .filter(|&&(_, max_seq)| max_seq > 0)
                 .filter_map(|(segment, _)| scan.first_real.get(segment).copied().flatten())
                 .min(),
         );
