@@ -10,7 +10,8 @@
 #   >= 10x redb and >= 1x fjall; every 10 >= 2x redb and >= 0.8x fjall;
 #   updates >= 0.8x fjall; point-query p50 <= fjall's and p99 <= 2x fjall's, in every cell.
 # The reopen target (>= 1 M pending updates requeued in <= 5 s, page cache dropped) is
-# measured apart: COMMIT_QUEUED=0 DROP_CACHES=1 bench/index-compare.sh.
+# measured apart (a 128 MiB budget leaves ~1.3 M pending): BUDGET_MIB=128 PRELOAD=48000000
+# WINDOW=30 ENGINES=bosc-btree COMMIT_QUEUED=0 DROP_CACHES=1 bench/index-compare.sh.
 # Usage: bench/index-sweep.sh   env: BUDGETS="32 64 128" SYNCS="10 100 1000" SEEDS="1 2"
 #   WINDOW=60 (seconds per write phase) ENGINES="bosc-btree redb fjall", and any of
 #   bench/index-compare.sh's (IN_MEMCG, SLACK_MIB, SCRATCH, LIMIT_MIB_fjall, ...).
