@@ -401,14 +401,14 @@ impl Inner {
                 return Ok(ControlFlow::Break(()));
             }
             let dev = e.addr.dev();
-            // A device the log no longer has keeps nothing.
+            // Only each device's first record counts; a device the log no longer has keeps
+            // nothing.
+            match seen.get_mut(dev) {
+                Some(true) => return Ok(ControlFlow::Continue(())),
+                Some(s) => *s = true,
+                None => {}
+            }
             let kept = first_kept.get(dev).copied().flatten();
-            if seen.get(dev).copied().unwrap_or(false) {
-                return Ok(ControlFlow::Continue(()));
-            }
-            if let Some(s) = seen.get_mut(dev) {
-                *s = true;
-            }
             if kept.is_none_or(|f| e.seq < f) {
                 let through = kept.map_or(indexed, |f| f - 1).min(indexed);
                 cut = Some(cut.map_or(through, |c| c.max(through)));

@@ -11,7 +11,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use mariner_disk::{Disk, MemDisk};
 use mariner_log::{
-    Appended, Durable, DurableSink, Entry, HoldKind, HolderSpec, Log, LogConfig, LogError,
+    Appended, Durable, DurableSink, Entry, HoldKind, HolderSpec, Log, LogConfig, LogError, Recovery,
 };
 
 const LOG_ID: u128 = 0x401d;
@@ -41,9 +41,20 @@ fn device() -> Vec<Arc<dyn Disk>> {
 }
 
 fn open(devs: &[Arc<dyn Disk>], holders: &[HolderSpec]) -> Log {
-    Log::open(devs.to_vec(), cfg(), LOG_ID, holders, Arc::new(Ignore))
-        .unwrap()
-        .0
+    reopen(devs, holders).0
+}
+
+/// The store's holder at (watermark, timestamp) beside a shrinkable history at `history`.
+fn store_and_history(store: (u64, u64), history: u64) -> [HolderSpec; 2] {
+    [
+        HolderSpec::must_hold("store", store.0, store.1),
+        HolderSpec::new("history", HoldKind::Shrinkable, history, 0),
+    ]
+}
+
+/// Opens the log, with what recovery found.
+fn reopen(devs: &[Arc<dyn Disk>], holders: &[HolderSpec]) -> (Log, Recovery) {
+    Log::open(devs.to_vec(), cfg(), LOG_ID, holders, Arc::new(Ignore)).unwrap()
 }
 
 fn write(i: u64) -> Entry {
@@ -78,10 +89,7 @@ fn append_within(log: &Log, n: u64, patience: Duration) -> (Vec<Appended>, bool)
 #[test]
 fn a_shrinkable_holder_is_cut_instead_of_making_writers_wait() {
     let devs = device();
-    let holders = [
-        HolderSpec::must_hold("store", 0, 0),
-        HolderSpec::new("history", HoldKind::Shrinkable, 0, 0),
-    ];
+    let holders = store_and_history((0, 0), 0);
     let log = open(&devs, &holders);
     let (store, history) = (log.holder("store").unwrap(), log.holder("history").unwrap());
     // The store releases what it has; history never does. Three times the log is written.
@@ -101,10 +109,7 @@ fn a_shrinkable_holder_is_cut_instead_of_making_writers_wait() {
 #[test]
 fn a_must_hold_holder_still_makes_writers_wait_beside_a_shrinkable_one() {
     let devs = device();
-    let holders = [
-        HolderSpec::must_hold("store", 0, 0),
-        HolderSpec::new("history", HoldKind::Shrinkable, 0, 0),
-    ];
+    let holders = store_and_history((0, 0), 0);
     let log = open(&devs, &holders);
     let (acked, waited) = append_within(&log, 200, Duration::from_millis(200));
     assert!(waited, "the store released nothing: writers must wait");
@@ -189,10 +194,7 @@ fn a_bounded_holder_is_cut_past_its_limit_and_after_history_when_writers_would_w
 #[test]
 fn a_restart_keeps_what_the_lowest_holder_holds_and_replays_what_the_store_lacks() {
     let devs = device();
-    let holders = [
-        HolderSpec::must_hold("store", 0, 0),
-        HolderSpec::new("history", HoldKind::Shrinkable, 0, 0),
-    ];
+    let holders = store_and_history((0, 0), 0);
     let log = open(&devs, &holders);
     let store = log.holder("store").unwrap();
     let acked: Vec<Appended> = (0..30).map(|i| append_sync(&log, write(i))).collect();
@@ -201,11 +203,8 @@ fn a_restart_keeps_what_the_lowest_holder_holds_and_replays_what_the_store_lacks
     let used = log.stats().segments_used.load(Relaxed);
     log.shutdown();
 
-    let holders = [
-        HolderSpec::must_hold("store", applied.seq, applied.timestamp_ns),
-        HolderSpec::new("history", HoldKind::Shrinkable, 0, 0),
-    ];
-    let (log, rec) = Log::open(devs.to_vec(), cfg(), LOG_ID, &holders, Arc::new(Ignore)).unwrap();
+    let holders = store_and_history((applied.seq, applied.timestamp_ns), 0);
+    let (log, rec) = reopen(&devs, &holders);
     let replayed: Vec<u64> = rec.records.iter().map(|f| f.header.seq).collect();
     let lacked: Vec<u64> = acked[20..].iter().map(|a| a.seq).collect();
     assert_eq!(
@@ -247,10 +246,7 @@ fn a_restart_keeps_what_the_lowest_holder_holds_and_replays_what_the_store_lacks
 #[test]
 fn after_a_restart_the_first_record_kept_shows_a_cut_the_holder_did_not_save() {
     let devs = device();
-    let holders = [
-        HolderSpec::must_hold("store", 0, 0),
-        HolderSpec::new("history", HoldKind::Shrinkable, 0, 0),
-    ];
+    let holders = store_and_history((0, 0), 0);
     let log = open(&devs, &holders);
     let (store, history) = (log.holder("store").unwrap(), log.holder("history").unwrap());
     let mut acked = Vec::new();
@@ -265,11 +261,8 @@ fn after_a_restart_the_first_record_kept_shows_a_cut_the_holder_did_not_save() {
     log.shutdown();
 
     // History saved nothing (watermark 0), the store everything.
-    let holders = [
-        HolderSpec::must_hold("store", last, 0),
-        HolderSpec::new("history", HoldKind::Shrinkable, 0, 0),
-    ];
-    let (log, rec) = Log::open(devs.to_vec(), cfg(), LOG_ID, &holders, Arc::new(Ignore)).unwrap();
+    let holders = store_and_history((last, 0), 0);
+    let (log, rec) = reopen(&devs, &holders);
     assert_eq!(rec.first_kept.len(), 1);
     let first = rec.first_kept[0].expect("the device keeps records");
     assert_eq!(
@@ -286,11 +279,8 @@ fn after_a_restart_the_first_record_kept_shows_a_cut_the_holder_did_not_save() {
     );
     // Without a cut, the first record kept is at or below what the lowest holder needs.
     log.shutdown();
-    let holders = [
-        HolderSpec::must_hold("store", last, 0),
-        HolderSpec::new("history", HoldKind::Shrinkable, cut, 0),
-    ];
-    let (_, rec) = Log::open(devs.to_vec(), cfg(), LOG_ID, &holders, Arc::new(Ignore)).unwrap();
+    let holders = store_and_history((last, 0), cut);
+    let (_, rec) = reopen(&devs, &holders);
     assert!(rec.first_kept[0].is_some_and(|f| f <= cut + 1));
 }
 
