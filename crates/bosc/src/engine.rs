@@ -130,7 +130,7 @@ pub struct BoscConfig {
     /// sweep that never waits writes each block for the few modifications that came since the
     /// last pass, and its writes and syncs queue ahead of the own log's: when syncs come
     /// every 10 operations, the B+tree wrote 1.1 blocks per insert and did 9.8 k inserts/s
-    /// against 22 k with the default (docs/benchmarks.md, "Issue 18"). Waiting until the
+    /// against 22 k with the default (docs/benchmarks.md, "Issue 18's grid"). Waiting until the
     /// queues are this full gathers many modifications per block written.
     pub sweep_above: f64,
     /// Share of the budget that block images a query read may take to be kept (1.0: any
