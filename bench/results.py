@@ -331,7 +331,9 @@ def markdown_index(doc):
             else:
                 row += [f"{p['queued_blocks']:,}, {p['commit_s']:.2f}", f"{with_commit:,.0f}"]
         row.append(f"{run['point']['p50_us']:.0f} / {run['point']['p99_us']:.0f}")
-        row.append(f"{reopen['reopen_s']:.2f}" if reopen else "–")
+        requeued = ((reopen or {}).get("notes") or {}).get("pending_requeued")
+        row.append("–" if not reopen else f"{reopen['reopen_s']:.2f}" +
+                   (f" ({requeued:,} requeued)" if requeued is not None else ""))
         lines.append("| " + " | ".join(row) + " |")
     lines.append("")
     for a, b in (("bosc-btree", "redb"), ("bosc-btree", "fjall"), ("bosc-hash", "plain-hash")):
