@@ -23,6 +23,7 @@
 #   QUERIES=2000 RANGE_LEN=100 SEED=1 RUN_KIB=256 BLOCK_BYTES=4096 BTREE_BLOCK_BYTES=8192
 #   LOG_PARTS=1 COMMIT_QUEUED=1 ENGINES="bosc-btree redb fjall bosc-hash plain-hash"
 #   DROP_CACHES=0 (1: drop the page cache before each reopen; root)
+#   INDEX_BENCH_BIN=<path> (a build of mariner-index-bench to run instead of building this one)
 #   SCRATCH=/var/tmp/mariner-index-bench IN_MEMCG=<checkout>/../shared/tools/in-memcg
 #   LIMIT_MIB_fjall=256 (per-engine cgroup limit, '-' as '_': for an engine that cannot run at
 #   BUDGET + SLACK at all; the table marks it)
@@ -77,8 +78,13 @@ esac
 raw=$((PRELOAD * 28)); need=$((BUDGET_MIB * 10 * 1024 * 1024))
 [ "$raw" -ge "$need" ] || echo "warning: PRELOAD x 28 B = $raw B is below 10x the budget ($need B)" >&2
 
-(cd "$ROOT" && cargo build --release -q -p mariner-index-bench)
-BIN=$ROOT/target/release/mariner-index-bench
+# INDEX_BENCH_BIN: run that build of the benchmark instead (an A/B of two commits).
+if [ -n "${INDEX_BENCH_BIN:-}" ]; then
+  BIN=$INDEX_BENCH_BIN
+else
+  (cd "$ROOT" && cargo build --release -q -p mariner-index-bench)
+  BIN=$ROOT/target/release/mariner-index-bench
+fi
 OUT=$ROOT/target/index-bench/$(date +%Y%m%d-%H%M%S)
 mkdir -p "$OUT"
 echo "budget ${BUDGET_MIB} MiB, cgroup limit ${LIMIT_MIB} MiB, preload $PRELOAD, window ${WINDOW}s (ops <= $OPS)," \

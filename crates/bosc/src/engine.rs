@@ -192,7 +192,8 @@ pub struct OpenReport {
     pub checkpoint: u64,
     /// Blocks restored from the double-write area.
     pub blocks_repaired: u64,
-    /// Own-log records read back, and those requeued.
+    /// Modifications read back from the own log (a batch record holds many), and those
+    /// requeued.
     pub records_scanned: u64,
     pub records_requeued: u64,
     /// Of those, whole-block writes found on the data disk already and dropped

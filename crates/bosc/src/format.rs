@@ -53,6 +53,12 @@ pub const CKPT_LEN: usize = 64;
 pub const DW_OFFSET: u64 = 8192;
 pub const RECORD_VERSION: u16 = FORMAT_VERSION;
 pub const RECORD_PREFIX_LEN: usize = 19;
+/// The `op` byte of a [`LoggedBatch`]: several modifications in one log record.
+pub const BATCH_CODE: u8 = 3;
+/// A [`LoggedBatch`]'s bytes before its first entry: version, code, global frontier, count.
+pub const BATCH_PREFIX_LEN: usize = 15;
+/// A [`LoggedBatch`] entry's bytes before its modification: block, op, local frontier, length.
+pub const BATCH_ENTRY_HEADER_LEN: usize = 21;
 
 const _: () = assert!(CKPT_LEN <= 4096);
 
@@ -388,9 +394,153 @@ impl LoggedMod {
     }
 }
 
+/// Several modifications in one own-log record (docs/FORMATS.md "Own-log records"): what a
+/// burst logs, so that a modification of a few dozen bytes does not take a log record header
+/// of its own (80 bytes) and a prefix (19). Every entry takes the record's sequence number; a
+/// block's entries in one record are in the order they were made.
+///
+/// ```text
+/// version u16 | 3 u8 | global_frontier u64 | count u32 | count × (block u64 | op u8 | local_frontier u64 | len u32 | bytes)
+/// ```
+#[derive(Debug, Clone)]
+pub struct LoggedBatch {
+    buf: Vec<u8>,
+    count: u32,
+}
+
+/// One entry of a decoded [`LoggedBatch`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchEntry<'a> {
+    pub block: u64,
+    pub op: Op,
+    pub local_frontier: u64,
+    pub bytes: &'a [u8],
+}
+
+impl LoggedBatch {
+    pub fn new(global_frontier: u64) -> Self {
+        let mut buf = Vec::with_capacity(4096);
+        buf.extend_from_slice(&RECORD_VERSION.to_le_bytes());
+        buf.push(BATCH_CODE);
+        buf.extend_from_slice(&global_frontier.to_le_bytes());
+        buf.extend_from_slice(&0u32.to_le_bytes());
+        Self { buf, count: 0 }
+    }
+
+    /// The bytes an entry of `len` bytes of modification takes.
+    pub fn entry_bytes(len: usize) -> usize {
+        BATCH_ENTRY_HEADER_LEN + len
+    }
+
+    /// Appends an entry; `false` (and nothing appended) for a modification of 4 GiB or more,
+    /// which the engine refuses before it logs anything.
+    #[must_use]
+    pub fn push(&mut self, block: u64, op: Op, local_frontier: u64, bytes: &[u8]) -> bool {
+        let Ok(len) = u32::try_from(bytes.len()) else {
+            return false;
+        };
+        self.buf.extend_from_slice(&block.to_le_bytes());
+        self.buf.push(op.code());
+        self.buf.extend_from_slice(&local_frontier.to_le_bytes());
+        self.buf.extend_from_slice(&len.to_le_bytes());
+        self.buf.extend_from_slice(bytes);
+        self.count += 1;
+        true
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// The payload's length so far.
+    pub fn len(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// The record's payload.
+    pub fn finish(mut self) -> Vec<u8> {
+        self.buf[11..15].copy_from_slice(&self.count.to_le_bytes());
+        self.buf
+    }
+
+    /// `(global frontier, entries)`, or `None` for a payload that is not exactly a batch of
+    /// this version: short, another version or code, no entries, an unknown op, an entry
+    /// running past the end, bytes left over, or a count that does not match.
+    pub fn decode(b: &[u8]) -> Option<(u64, Vec<BatchEntry<'_>>)> {
+        if b.len() < BATCH_PREFIX_LEN
+            || u16::from_le_bytes([b[0], b[1]]) != RECORD_VERSION
+            || b[2] != BATCH_CODE
+        {
+            return None;
+        }
+        let global_frontier = u64_at(b, 3);
+        let count = u32::from_le_bytes(b[11..15].try_into().ok()?) as usize;
+        if count == 0 {
+            return None;
+        }
+        // Each entry takes its header at least: a count no payload could hold allocates nothing.
+        let mut entries = Vec::with_capacity(count.min(b.len() / BATCH_ENTRY_HEADER_LEN));
+        let mut at = BATCH_PREFIX_LEN;
+        while at < b.len() {
+            let head = b.get(at..at.checked_add(BATCH_ENTRY_HEADER_LEN)?)?;
+            let len = u32::from_le_bytes(head[17..21].try_into().ok()?) as usize;
+            let start = at + BATCH_ENTRY_HEADER_LEN;
+            let end = start.checked_add(len)?;
+            entries.push(BatchEntry {
+                block: u64_at(head, 0),
+                op: Op::from_code(head[8])?,
+                local_frontier: u64_at(head, 9),
+                bytes: b.get(start..end)?,
+            });
+            at = end;
+        }
+        (entries.len() == count).then_some((global_frontier, entries))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn batch_roundtrip_and_refusals() {
+        let mut b = LoggedBatch::new(9);
+        assert!(b.is_empty());
+        assert!(b.push(4, Op::App, 7, b"xyz"));
+        assert!(b.push(4, Op::Write, 0, b""));
+        assert!(b.push(u64::MAX, Op::App, 1, &[5; 40]));
+        let bytes = b.finish();
+        assert_eq!(
+            bytes.len(),
+            BATCH_PREFIX_LEN + 3 * BATCH_ENTRY_HEADER_LEN + 43
+        );
+        let (gf, e) = LoggedBatch::decode(&bytes).unwrap();
+        assert_eq!(gf, 9);
+        assert_eq!(e.len(), 3);
+        assert_eq!(
+            (e[0].block, e[0].op, e[0].local_frontier, e[0].bytes),
+            (4, Op::App, 7, &b"xyz"[..])
+        );
+        assert_eq!((e[1].op, e[1].bytes.len()), (Op::Write, 0));
+        assert_eq!((e[2].block, e[2].bytes), (u64::MAX, &[5u8; 40][..]));
+        // Every prefix of it is refused, and so are extra bytes, a wrong count and a bad op.
+        for n in 0..bytes.len() {
+            assert!(LoggedBatch::decode(&bytes[..n]).is_none(), "prefix of {n}");
+        }
+        let mut more = bytes.clone();
+        more.push(0);
+        assert!(LoggedBatch::decode(&more).is_none());
+        let mut count = bytes.clone();
+        count[11] = 4;
+        assert!(LoggedBatch::decode(&count).is_none());
+        let mut op = bytes.clone();
+        op[BATCH_PREFIX_LEN + 8] = 9;
+        assert!(LoggedBatch::decode(&op).is_none());
+        assert!(LoggedBatch::decode(&LoggedBatch::new(1).finish()).is_none());
+        // A single modification's record is not a batch, nor the other way round.
+        assert!(LoggedBatch::decode(&LoggedMod::encode(Op::App, 1, 2, b"abc")).is_none());
+        assert!(LoggedMod::decode(&bytes).is_none());
+    }
 
     #[test]
     fn block_roundtrip_and_tear() {

@@ -9,7 +9,9 @@ use mariner_log::{Log, LogConfig};
 
 use crate::btree::image::{ImageHeader, RouterImage, IMAGE_BODY_START, IMAGE_SLOTS};
 use crate::btree::{BPlusTree, Key, LeafApp};
-use crate::format::{check_block, seal_block, Checkpoint, DiskId, LoggedMod, BLOCK_HEADER_LEN};
+use crate::format::{
+    check_block, seal_block, Checkpoint, DiskId, LoggedBatch, LoggedMod, BLOCK_HEADER_LEN,
+};
 use crate::{Bosc, BoscConfig, Durability};
 
 /// The data disk's on-disk structures: checkpoint slots, block headers (as read from the
@@ -34,6 +36,13 @@ pub fn fuzz_format(data: &[u8]) {
         // What decodes encodes back to the same bytes.
         let again = LoggedMod::encode(m.op, m.global_frontier, m.local_frontier, &m.bytes);
         assert_eq!(again, data);
+    }
+    if let Some((gf, entries)) = LoggedBatch::decode(data) {
+        let mut again = LoggedBatch::new(gf);
+        for e in entries {
+            assert!(again.push(e.block, e.op, e.local_frontier, e.bytes));
+        }
+        assert_eq!(again.finish(), data);
     }
 }
 

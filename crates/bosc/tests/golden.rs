@@ -24,8 +24,9 @@ use std::sync::Arc;
 use mariner_bosc::btree::{leaf_capacity, leaf_payload, Key, LeafApp, LEAF_HEADER_LEN, LEAF_MAGIC};
 use mariner_bosc::format::{
     check_block, seal_block, BlockError, BlockHeader, Checkpoint, CheckpointError, DiskId,
-    Geometry, LoggedMod, BLOCK_HEADER_LEN, BLOCK_MAGIC, CKPT_LEN, CKPT_MAGIC, CKPT_SLOTS,
-    CKPT_VERSION, DW_OFFSET, FORMAT_VERSION, RECORD_PREFIX_LEN, RECORD_VERSION,
+    Geometry, LoggedBatch, LoggedMod, BATCH_CODE, BATCH_ENTRY_HEADER_LEN, BATCH_PREFIX_LEN,
+    BLOCK_HEADER_LEN, BLOCK_MAGIC, CKPT_LEN, CKPT_MAGIC, CKPT_SLOTS, CKPT_VERSION, DW_OFFSET,
+    FORMAT_VERSION, RECORD_PREFIX_LEN, RECORD_VERSION,
 };
 use mariner_bosc::hash::{
     check_page, page_capacity, page_count, page_get, page_put, HashApp, PAGE_HEADER_LEN, PAGE_MAGIC,
@@ -356,6 +357,67 @@ fn logged_modifications_match_their_golden_files() {
         assert_eq!(committed.len(), RECORD_PREFIX_LEN + m.bytes.len(), "{file}");
         assert_eq!(LoggedMod::decode(&committed), Some(m), "{file}");
     }
+}
+
+/// A batch record: a put to block 5, a whole-block write of block 6, a second put to block 5.
+fn golden_batch() -> Vec<u8> {
+    let mut b = LoggedBatch::new(GF);
+    assert!(b.push(5, Op::App, LF, &leaf_mod(1, Key::new(3, 100, 7), 0x13)));
+    assert!(b.push(6, Op::Write, 0, &golden_leaf()));
+    assert!(b.push(5, Op::App, LF, &leaf_mod(1, Key::new(3, 100, 8), 0x14)));
+    b.finish()
+}
+
+#[test]
+fn logged_batch_matches_its_golden_file() {
+    let committed = golden("logged-batch.bin", &golden_batch());
+    let (gf, entries) = LoggedBatch::decode(&committed).unwrap();
+    assert_eq!(gf, GF);
+    let got: Vec<_> = entries
+        .iter()
+        .map(|e| (e.block, e.op, e.local_frontier, e.bytes.len()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (5, Op::App, LF, 29),
+            (6, Op::Write, 0, PAYLOAD),
+            (5, Op::App, LF, 29)
+        ]
+    );
+    assert_eq!(entries[1].bytes, golden_leaf());
+    assert_eq!(
+        committed.len(),
+        BATCH_PREFIX_LEN + 3 * BATCH_ENTRY_HEADER_LEN + 2 * 29 + PAYLOAD
+    );
+}
+
+#[test]
+fn logged_batch_fields_sit_at_documented_offsets() {
+    let mut b = LoggedBatch::new(0xa1a2_a3a4_a5a6_a7a8);
+    assert!(b.push(
+        0xc1c2_c3c4_c5c6_c7c8,
+        Op::Write,
+        0xb1b2_b3b4_b5b6_b7b8,
+        b"xyz"
+    ));
+    assert!(b.push(9, Op::App, 1, b""));
+    let b = b.finish();
+    assert_eq!(le_u16(&b, 0), 3, "version");
+    assert_eq!(b[2], BATCH_CODE, "code");
+    assert_eq!(b[2], 3);
+    assert_eq!(le_u64(&b, 3), 0xa1a2_a3a4_a5a6_a7a8, "global frontier");
+    assert_eq!(le_u32(&b, 11), 2, "count");
+    assert_eq!(BATCH_PREFIX_LEN, 15);
+    let e = BATCH_PREFIX_LEN;
+    assert_eq!(le_u64(&b, e), 0xc1c2_c3c4_c5c6_c7c8, "block");
+    assert_eq!(b[e + 8], 2, "op");
+    assert_eq!(le_u64(&b, e + 9), 0xb1b2_b3b4_b5b6_b7b8, "local frontier");
+    assert_eq!(le_u32(&b, e + 17), 3, "length");
+    assert_eq!(BATCH_ENTRY_HEADER_LEN, 21);
+    assert_eq!(&b[e + 21..e + 24], b"xyz");
+    assert_eq!(le_u64(&b, e + 24), 9, "second entry's block");
+    assert_eq!(b.len(), e + 24 + 21);
 }
 
 #[test]

@@ -77,8 +77,8 @@ fn reopen_memory_follows_the_budget_not_the_replay_window() {
     });
     assert_eq!(report.records_requeued as usize, b.pending_modifications());
     assert!(report.records_requeued as usize >= pending);
-    // A list of the window at 80 bytes a record (a log record header), before a byte of
-    // payload, would alone break the bound below.
+    // A list of the window at 80 bytes a modification (a log record header, as when each
+    // had a record of its own), before a byte of payload, would alone break the bound below.
     let listed = report.records_scanned as usize * 80;
     // One log segment and the double-write area are read whole; a local frontier per block.
     let fixed = SEG as usize + 8 * 32 * 512 + 8192 * 48;

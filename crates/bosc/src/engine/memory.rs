@@ -58,9 +58,10 @@ impl Cached {
 pub(super) struct State {
     /// Pending modifications by group of blocks ([`group_of`]).
     pub(super) groups: BTreeMap<u64, Group>,
-    /// Every group's lowest pending sequence number (sequence numbers are unique), for the
+    /// Every group's lowest pending sequence number, with how many groups have it (the
+    /// modifications of one batch record share its number, so several groups can), for the
     /// global frontier.
-    pub(super) firsts: BTreeSet<u64>,
+    pub(super) firsts: BTreeMap<u64, u32>,
     /// Pending modifications, all groups.
     pub(super) pending: usize,
     /// Cached block images, with pending modifications or clean.
@@ -109,10 +110,15 @@ impl State {
         self.pending = self.pending - len + len_after;
         if min != min_after {
             if let Some(s) = min {
-                self.firsts.remove(&s);
+                if let std::collections::btree_map::Entry::Occupied(mut e) = self.firsts.entry(s) {
+                    *e.get_mut() -= 1;
+                    if *e.get() == 0 {
+                        e.remove();
+                    }
+                }
             }
             if let Some(s) = min_after {
-                self.firsts.insert(s);
+                *self.firsts.entry(s).or_insert(0) += 1;
             }
         }
         r
@@ -204,7 +210,7 @@ impl State {
     /// and not committed is in a queue.)
     pub(super) fn global_frontier(&self) -> u64 {
         let mut gf = self.max_seen + 1;
-        if let Some(&s) = self.firsts.first() {
+        if let Some((&s, _)) = self.firsts.first_key_value() {
             gf = gf.min(s);
         }
         gf

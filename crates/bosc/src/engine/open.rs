@@ -23,8 +23,8 @@ use super::{
     LOG_HOLDER,
 };
 use crate::format::{
-    check_block, BlockError, BlockHeader, Checkpoint, CheckpointError, DiskId, Geometry, LoggedMod,
-    Op, CKPT_SLOTS,
+    check_block, BlockError, BlockHeader, Checkpoint, CheckpointError, DiskId, Geometry,
+    LoggedBatch, LoggedMod, Op, BATCH_CODE, CKPT_SLOTS,
 };
 use crate::runs::plan_runs;
 use crate::Error;
@@ -289,7 +289,9 @@ impl Chunk {
 
     /// Queues every record and notes its local frontier; leaves the chunk empty.
     fn requeue<A: BlockApp>(&mut self, inner: &Inner<A>, st: &mut State, f: &mut Frontiers) {
-        self.records.sort_unstable_by_key(|r| (r.0, r.1));
+        // The bytes' position breaks ties: a batch record's entries for one block share its
+        // sequence number and must queue in the order they were logged.
+        self.records.sort_unstable_by_key(|r| (r.0, r.1, r.4.start));
         for (block, seq, op, local_frontier, range) in self.records.drain(..) {
             let lf = f.local.entry(block).or_insert(0);
             *lf = (*lf).max(local_frontier);
@@ -313,7 +315,7 @@ impl<A: BlockApp> Inner<A> {
     /// committed after its block's youngest record was logged is requeued and skipped at
     /// commit by the block's LSN. Whole-block writes the disk has already are dropped as well
     /// ([`Self::settle_images`]), whenever the frontiers leave the queues over the budget and
-    /// once at the end. Returns (records scanned, entries requeued, images dropped).
+    /// once at the end. Returns (modifications scanned, entries requeued, images dropped).
     pub(super) fn requeue(
         &self,
         log: &Log,
@@ -342,25 +344,40 @@ impl<A: BlockApp> Inner<A> {
             if f.header.kind != RecordKind::Write || f.header.volume != volume {
                 return Ok(());
             }
-            scanned += 1;
-            let (op, global_frontier, local_frontier, bytes) =
-                LoggedMod::decode_parts(payload).ok_or(Error::BadRecord(seq))?;
-            if block >= self.geo.block_count {
-                return Err(Error::BadRecord(seq));
-            }
+            let mut push = |block: u64, op: Op, local_frontier: u64, bytes: &[u8]| {
+                if block >= self.geo.block_count {
+                    return Err::<(), Error>(Error::BadRecord(seq));
+                }
+                scanned += 1;
+                chunk.push(block, seq, op, local_frontier, bytes);
+                // A whole-block write brings a block image into memory when queued: a chunk
+                // stays within an eighth of the budget, so the prune below keeps pace.
+                if op == Op::Write {
+                    chunk.memory += self.geo.block_bytes as usize;
+                }
+                Ok(())
+            };
             // A record's own frontiers lie below its sequence number, and so do those of every
             // record before it: it is queued, and the frontiers prune older entries later.
+            // A batch record's entries share its number; a single modification's record is
+            // what builds before batches wrote.
+            let global_frontier = if payload.get(2) == Some(&BATCH_CODE) {
+                let (gf, entries) = LoggedBatch::decode(payload).ok_or(Error::BadRecord(seq))?;
+                for e in entries {
+                    push(e.block, e.op, e.local_frontier, e.bytes)?;
+                }
+                gf
+            } else {
+                let (op, gf, local_frontier, bytes) =
+                    LoggedMod::decode_parts(payload).ok_or(Error::BadRecord(seq))?;
+                push(block, op, local_frontier, bytes)?;
+                gf
+            };
             frontiers.global = frontiers.global.max(global_frontier);
-            chunk.push(block, seq, op, local_frontier, bytes);
-            // A whole-block write brings a block image into memory when queued: a chunk
-            // stays within an eighth of the budget, so the prune below keeps pace.
-            if op == Op::Write {
-                chunk.memory += self.geo.block_bytes as usize;
-            }
-            if chunk.records.len() == REQUEUE_CHUNK || chunk.memory > budget / 8 {
+            if chunk.records.len() >= REQUEUE_CHUNK || chunk.memory > budget / 8 {
                 flush(&mut st, &mut chunk, &mut frontiers)?;
             }
-            Ok(())
+            Ok::<(), Error>(())
         })?;
         flush(&mut st, &mut chunk, &mut frontiers)?;
         frontiers.prune(&mut st);

@@ -15,15 +15,53 @@ use mariner_log::{Entry, Log};
 use super::memory::State;
 use super::pending::Entry as Queued;
 use super::{apply_op, lock, BlockApp, Change, Inner};
-use crate::format::{seal_block, LoggedMod, Op, BLOCK_HEADER_LEN, RECORD_PREFIX_LEN};
+use crate::format::{seal_block, LoggedBatch, Op, BATCH_PREFIX_LEN, BLOCK_HEADER_LEN};
 use crate::Error;
 
 /// A submission takes at most this share (1/N) of the own log per burst.
 const BURST_SHARE: u64 = 8;
 
-/// Bytes of the own log a change's record takes (header and payload; a batch's padding aside).
-fn record_bytes(c: &Change) -> u64 {
-    (mariner_log::RECORD_HEADER_LEN + RECORD_PREFIX_LEN + c.bytes.len()) as u64
+/// The longest payload of a batch record: 64 KiB, or a sixteenth of a segment if that is
+/// less. A record never spans segments, so the end of a segment that the next record does not
+/// fit in stays empty: a small cap keeps that waste small (and [`plan_records`] counts it).
+/// One change longer than the cap still goes alone.
+fn record_cap(log: &Log) -> usize {
+    let part = usize::try_from(log.superblock().segment_bytes / 16).unwrap_or(usize::MAX);
+    part.clamp(1, 64 << 10)
+}
+
+/// Bytes of the own log a change takes in its batch record (the record's header and prefix,
+/// and a batch's padding, aside).
+fn entry_bytes(c: &Change) -> u64 {
+    LoggedBatch::entry_bytes(c.bytes.len()) as u64
+}
+
+/// Where each batch record of `changes` ends (exclusive indices), filling records up to `cap`
+/// payload bytes, and the log bytes they take with their headers and the segment ends they
+/// may leave empty (up to a record's header and cap for each segment they reach into).
+fn plan_records(changes: &[Change], cap: usize, segment: u64) -> (Vec<usize>, u64) {
+    let mut ends = Vec::new();
+    let mut len = 0;
+    let mut bytes = 0u64;
+    for (i, c) in changes.iter().enumerate() {
+        let add = LoggedBatch::entry_bytes(c.bytes.len());
+        if len > 0 && len + add > cap {
+            ends.push(i);
+            len = 0;
+        }
+        if len == 0 {
+            len = BATCH_PREFIX_LEN;
+            bytes += (mariner_log::RECORD_HEADER_LEN + BATCH_PREFIX_LEN) as u64;
+        }
+        len += add;
+        bytes += add as u64;
+    }
+    if len > 0 {
+        ends.push(changes.len());
+    }
+    let waste = (mariner_log::RECORD_HEADER_LEN + cap) as u64;
+    bytes += (bytes / segment.max(1) + 1) * waste;
+    (ends, bytes)
 }
 
 /// The own log's size in bytes, over all its devices.
@@ -39,6 +77,8 @@ pub(crate) struct Submitted<'a, A: BlockApp> {
     /// The burst's first sequence number; `None` once waited for (or for no changes).
     first: Option<u64>,
     futures: Vec<mariner_log::AppendFuture>,
+    /// Each change's sequence number: its batch record's.
+    seqs: Vec<u64>,
     /// Bytes of the own log it takes (in `State::logging_bytes` until waited for).
     log_bytes: u64,
     /// Sequence numbers of the submission's earlier bursts, durable already.
@@ -46,7 +86,8 @@ pub(crate) struct Submitted<'a, A: BlockApp> {
 }
 
 impl<A: BlockApp> Submitted<'_, A> {
-    /// Waits until every change is durable; returns their sequence numbers.
+    /// Waits until every change is durable; returns their sequence numbers (the changes of one
+    /// batch record share its number).
     pub(crate) fn wait(mut self) -> Result<Vec<u64>, Error> {
         self.finish()
     }
@@ -56,7 +97,6 @@ impl<A: BlockApp> Submitted<'_, A> {
             return Ok(std::mem::take(&mut self.done));
         };
         let waited = Instant::now();
-        let n = self.futures.len() as u64;
         let mut first_error = None;
         for rx in self.futures.drain(..) {
             let r = rx
@@ -82,7 +122,7 @@ impl<A: BlockApp> Submitted<'_, A> {
             Some(e) => Err(e),
             None => {
                 let mut seqs = std::mem::take(&mut self.done);
-                seqs.extend(first..first + n);
+                seqs.append(&mut self.seqs);
                 Ok(seqs)
             }
         }
@@ -134,6 +174,13 @@ impl<A: BlockApp> Inner<A> {
         };
         for c in &changes {
             self.check_block_no(c.block)?;
+            if u32::try_from(c.bytes.len()).is_err() {
+                return Err(Error::Config(format!(
+                    "a modification of block {} is {} bytes long: 4 GiB or more",
+                    c.block,
+                    c.bytes.len()
+                )));
+            }
         }
         let cap = log_capacity(log) / BURST_SHARE;
         let mut rest = changes;
@@ -143,7 +190,7 @@ impl<A: BlockApp> Inner<A> {
             let n = rest
                 .iter()
                 .take_while(|c| {
-                    bytes += record_bytes(c);
+                    bytes += entry_bytes(c);
                     bytes <= cap
                 })
                 .count()
@@ -171,25 +218,35 @@ impl<A: BlockApp> Inner<A> {
             inner: self,
             first: None,
             futures: Vec::new(),
+            seqs: Vec::new(),
             log_bytes: 0,
             done: Vec::new(),
         };
         if changes.is_empty() {
             return Ok(sub);
         }
-        let log_bytes: u64 = changes.iter().map(record_bytes).sum();
+        let segment = log.superblock().segment_bytes;
+        let (ends, log_bytes) = plan_records(&changes, record_cap(log), segment);
         self.make_room()?;
         self.make_log_room(log, log_bytes)?;
         let mut st = lock(&self.state);
         let gf = st.global_frontier();
-        let entries = changes
-            .iter()
-            .map(|c| {
-                let lf = st.local_frontier(c.block);
-                let payload = LoggedMod::encode(c.op, gf, lf, &c.bytes);
-                Entry::write(volume, c.block, Bytes::from(payload))
-            })
-            .collect();
+        let mut entries = Vec::with_capacity(ends.len());
+        let mut start = 0;
+        for &end in &ends {
+            let mut batch = LoggedBatch::new(gf);
+            for c in &changes[start..end] {
+                // Lengths were checked in `submit`.
+                let pushed = batch.push(c.block, c.op, st.local_frontier(c.block), &c.bytes);
+                debug_assert!(pushed, "a modification under 4 GiB");
+            }
+            entries.push(Entry::write(
+                volume,
+                changes[start].block,
+                Bytes::from(batch.finish()),
+            ));
+            start = end;
+        }
         let burst = log.append_many(entries)?;
         let Some(first) = burst.first_seq else {
             let why = log
@@ -197,15 +254,21 @@ impl<A: BlockApp> Inner<A> {
                 .unwrap_or_else(|| "the log is shut down".into());
             return Err(Error::Failed(format!("the log took no record: {why}")));
         };
-        let n = changes.len() as u64;
-        for (seq, c) in (first..).zip(changes) {
-            self.enqueue(&mut st, c.block, seq, c.op, &c.bytes);
+        let mut seqs = Vec::with_capacity(changes.len());
+        let mut start = 0;
+        for (seq, &end) in (first..).zip(&ends) {
+            for c in &changes[start..end] {
+                self.enqueue(&mut st, c.block, seq, c.op, &c.bytes);
+                seqs.push(seq);
+            }
+            start = end;
         }
-        st.max_seen = st.max_seen.max(first + n - 1);
+        st.max_seen = st.max_seen.max(first + ends.len() as u64 - 1);
         st.undurable.insert(first);
         st.logging_bytes += log_bytes;
         sub.first = Some(first);
         sub.futures = burst.futures;
+        sub.seqs = seqs;
         sub.log_bytes = log_bytes;
         Ok(sub)
     }
@@ -320,8 +383,11 @@ impl<A: BlockApp> Inner<A> {
             None => Some((op, bytes)),
         };
         st.with_group(block, |g, offset| {
+            // Equal for the changes of one batch record, queued in the order they were made.
+            // The check walks the group's arena, so only while it is small: a burst of many
+            // thousand changes to a few blocks would make debug builds quadratic.
             debug_assert!(
-                g.entries_of(offset).all(|e| e.seq < seq),
+                g.len() > 1024 || g.entries_of(offset).all(|e| e.seq <= seq),
                 "block {block}: modifications queue in sequence order"
             );
             g.push(Queued {
