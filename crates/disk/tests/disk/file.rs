@@ -249,16 +249,41 @@ fn read_cached_serves_cached_pages_and_declines_the_rest() -> io::Result<()> {
     assert!(disk.read_cached(&mut block, 64 * KIB)?);
     assert_eq!(block, data[64 * 1024..72 * 1024]);
 
-    // Out of the cache: declined (the kernel may start reading it in for the read_at that
-    // follows, which then returns the bytes).
-    evict(&path)?;
-    assert!(!disk.read_cached(&mut block, 256 * KIB)?);
-    disk.read_at(&mut block, 256 * KIB)?;
-    assert_eq!(block, data[256 * 1024..264 * 1024]);
-    evict(&path)?;
-    // One page cached, the next not: a part is not the whole, declined.
-    disk.read_at(&mut block[..4096], 512 * KIB)?;
-    assert!(!disk.read_cached(&mut block, 512 * KIB)?);
+    // Out of the cache. RWF_NOWAIT means "do not wait", not "do no I/O": the kernel starts
+    // reading the pages in, and on this virtual disk (served from the host's cache) the read
+    // can complete before the kernel looks again, so the call serves it instead of
+    // declining — CI saw an evicted range served 20 times in a row. Whether it declines is a
+    // matter of speed, not of correctness; what must hold is that whatever it serves is the
+    // file's bytes, evicted range or half-cached one (a part is never taken for the whole).
+    let mut served_right = |offset: u64, cached_first: usize| -> io::Result<()> {
+        evict(&path)?;
+        if cached_first > 0 {
+            disk.read_at(&mut block[..cached_first], offset)?;
+        }
+        let at = offset as usize;
+        block.fill(0xEE);
+        if disk.read_cached(&mut block, offset)? {
+            assert_eq!(
+                block,
+                data[at..at + 8192],
+                "served, so the bytes at {offset}"
+            );
+        } else {
+            disk.read_at(&mut block, offset)?;
+            assert_eq!(block, data[at..at + 8192]);
+        }
+        Ok(())
+    };
+    for _ in 0..5 {
+        served_right(256 * KIB, 0)?;
+        served_right(512 * KIB, 4096)?;
+    }
+    // Past the end of the file there is nothing to serve: declined, whatever the device.
+    assert!(!disk.read_cached(&mut block, size)?);
+    assert!(
+        !disk.read_cached(&mut block, size - 4096)?,
+        "half past the end"
+    );
     assert!(disk.read_cached(&mut block[..4096], 512 * KIB)?);
     assert_eq!(block[..4096], data[512 * 1024..516 * 1024]);
 
