@@ -3,9 +3,8 @@
 //! Golden files for the BOSC formats (docs/FORMATS.md, "BOSC data disk and records").
 //!
 //! Fixed examples of every structure BOSC writes — checkpoint slot, sealed block, B+tree leaf
-//! payload and leaf modifications, hash page and hash put, the own-log payload (`LoggedMod`) of
-//! both kinds, and a whole small data disk after format, three modifications and one commit
-//! cycle — are encoded and compared byte for byte with the files committed under
+//! payload and leaf modifications, hash page and hash put, and a whole small data disk after
+//! format, three modifications and one commit cycle — are encoded and compared byte for byte with the files committed under
 //! `tests/golden/`; the committed files are then decoded and compared with the values. A
 //! change to the byte layout therefore fails here until the files are regenerated on purpose
 //! (and the format version and docs changed with them):
@@ -17,26 +16,23 @@
 //! The B+tree and hash modification encoders are private to their modules; their golden files
 //! are built here from the documented layout and pinned against the public commit functions
 //! (`LeafApp`, `HashApp`) that decode them. The `*_sit_at_documented_offsets` tests pin the
-//! tables of docs/FORMATS.md, with the checksums computed independently of the crate.
+//! tables of docs/FORMATS.md, with the checksums computed independently of the crate. The
+//! own-log payloads have theirs in `golden_own_log.rs`, the router image in `golden_router.rs`;
+//! the fixed values they share are in `support/golden_values.rs`.
 
 use std::sync::Arc;
 
 use mariner_bosc::btree::{leaf_capacity, leaf_payload, Key, LeafApp, LEAF_HEADER_LEN, LEAF_MAGIC};
 use mariner_bosc::format::{
     check_block, seal_block, BlockError, BlockHeader, Checkpoint, CheckpointError, DiskId,
-    Geometry, LoggedBatch, LoggedMod, BATCH_CODE, BATCH_ENTRY_HEADER_LEN, BATCH_PREFIX_LEN,
-    BLOCK_HEADER_LEN, BLOCK_MAGIC, CKPT_LEN, CKPT_MAGIC, CKPT_SLOTS, CKPT_VERSION, DW_OFFSET,
-    FORMAT_VERSION, RECORD_PREFIX_LEN, RECORD_VERSION,
+    Geometry, BLOCK_HEADER_LEN, BLOCK_MAGIC, CKPT_LEN, CKPT_MAGIC, CKPT_SLOTS, CKPT_VERSION,
+    DW_OFFSET, FORMAT_VERSION, RECORD_PREFIX_LEN, RECORD_VERSION,
 };
 use mariner_bosc::hash::{
     check_page, page_capacity, page_count, page_get, page_put, HashApp, PAGE_HEADER_LEN, PAGE_MAGIC,
 };
 use mariner_bosc::{btree, hash, BlockApp, Bosc, BoscConfig, Durability, Error, Op};
 use mariner_disk::{Disk, MemDisk};
-
-/// Block size of every golden block; payload = 512 − 24 = 488 bytes.
-const BLOCK: usize = 512;
-const PAYLOAD: usize = BLOCK - BLOCK_HEADER_LEN;
 
 // ---------------------------------------------------------------------------------------------
 // Golden file plumbing (as in crates/log/tests/golden.rs)
@@ -45,23 +41,15 @@ const PAYLOAD: usize = BLOCK - BLOCK_HEADER_LEN;
 mod support;
 use support::{each_damaged_byte, golden};
 
-fn le_u16(b: &[u8], at: usize) -> u16 {
-    u16::from_le_bytes(b[at..at + 2].try_into().unwrap())
-}
-fn le_u32(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(b[at..at + 4].try_into().unwrap())
-}
-fn le_u64(b: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(b[at..at + 8].try_into().unwrap())
-}
+#[path = "support/golden_values.rs"]
+mod values;
+use values::{
+    golden_leaf, le_u16, le_u32, le_u64, leaf_fence, leaf_mod, leaf_records, pattern, BLOCK,
+    DISK_ID, OTHER_DISK, PAYLOAD,
+};
 
 // ---------------------------------------------------------------------------------------------
 // The fixed values
-
-/// The disk identity of every golden block and checkpoint.
-const DISK_ID: DiskId = DiskId(0x0f0e_0d0c_0b0a_0908_0706_0504_0302_0100);
-/// Another disk's.
-const OTHER_DISK: DiskId = DiskId(0x0f0e_0d0c_0b0a_0908_0706_0504_0302_0101);
 
 fn checkpoint() -> Checkpoint {
     Checkpoint {
@@ -80,45 +68,12 @@ fn checkpoint() -> Checkpoint {
 const BLOCK_LSN: u64 = 0x0102_0304_0506_0708;
 const BLOCK_NO: u64 = 7;
 
-fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
-        .collect()
-}
-
 /// A sealed 512-byte block: header, then a patterned payload.
 fn sealed_block() -> Vec<u8> {
     let mut img = vec![0u8; BLOCK];
     img[BLOCK_HEADER_LEN..].copy_from_slice(&pattern(PAYLOAD, 5));
     seal_block(&mut img, DISK_ID, BLOCK_LSN, BLOCK_NO);
     img
-}
-
-fn leaf_fence() -> Key {
-    Key::new(3, 100, 0)
-}
-
-fn leaf_records() -> Vec<(Key, u64)> {
-    vec![
-        (Key::new(3, 100, 5), 0x1000_0000_0000_0010),
-        (Key::new(3, 100, 9), 0x1000_0000_0000_0011),
-        (Key::new(3, 257, 1), 0x1000_0000_0000_0012),
-    ]
-}
-
-fn golden_leaf() -> Vec<u8> {
-    leaf_payload(PAYLOAD, leaf_fence(), &leaf_records())
-}
-
-/// The B+tree leaf modification as `LeafApp` reads it: tag u8 (1 put, 2 delete, 3 keep
-/// below, 4 drop through), key (20 bytes), value u64.
-fn leaf_mod(tag: u8, key: Key, value: u64) -> Vec<u8> {
-    let mut m = vec![tag];
-    let mut k = [0u8; Key::ENCODED_LEN];
-    key.encode(&mut k);
-    m.extend_from_slice(&k);
-    m.extend_from_slice(&value.to_le_bytes());
-    m
 }
 
 fn hash_records() -> Vec<(u64, u64)> {
@@ -142,31 +97,6 @@ fn hash_put(key: u64, value: u64) -> Vec<u8> {
     let mut m = key.to_le_bytes().to_vec();
     m.extend_from_slice(&value.to_le_bytes());
     m
-}
-
-const GF: u64 = 0x0000_0011_2233_4455;
-const LF: u64 = 0x0000_0011_2233_4400;
-
-fn logged_app() -> LoggedMod {
-    LoggedMod {
-        op: Op::App,
-        global_frontier: GF,
-        local_frontier: LF,
-        bytes: leaf_mod(1, Key::new(3, 100, 7), 0x1000_0000_0000_0013),
-    }
-}
-
-fn logged_write() -> LoggedMod {
-    LoggedMod {
-        op: Op::Write,
-        global_frontier: GF + 1,
-        local_frontier: 0,
-        bytes: golden_leaf(),
-    }
-}
-
-fn encode_logged(m: &LoggedMod) -> Vec<u8> {
-    LoggedMod::encode(m.op, m.global_frontier, m.local_frontier, &m.bytes)
 }
 
 /// The golden data disk: 4 blocks of 512 bytes, runs of at most 2.
@@ -348,79 +278,6 @@ fn hash_put_matches_its_golden_file() {
 }
 
 #[test]
-fn logged_modifications_match_their_golden_files() {
-    for (file, m) in [
-        ("logged-mod-app.bin", logged_app()),
-        ("logged-mod-write.bin", logged_write()),
-    ] {
-        let committed = golden(file, &encode_logged(&m));
-        assert_eq!(committed.len(), RECORD_PREFIX_LEN + m.bytes.len(), "{file}");
-        assert_eq!(LoggedMod::decode(&committed), Some(m), "{file}");
-    }
-}
-
-/// A batch record: a put to block 5, a whole-block write of block 6, a second put to block 5.
-fn golden_batch() -> Vec<u8> {
-    let mut b = LoggedBatch::new(GF);
-    assert!(b.push(5, Op::App, LF, &leaf_mod(1, Key::new(3, 100, 7), 0x13)));
-    assert!(b.push(6, Op::Write, 0, &golden_leaf()));
-    assert!(b.push(5, Op::App, LF, &leaf_mod(1, Key::new(3, 100, 8), 0x14)));
-    b.finish()
-}
-
-#[test]
-fn logged_batch_matches_its_golden_file() {
-    let committed = golden("logged-batch.bin", &golden_batch());
-    let (gf, entries) = LoggedBatch::decode(&committed).unwrap();
-    assert_eq!(gf, GF);
-    let got: Vec<_> = entries
-        .iter()
-        .map(|e| (e.block, e.op, e.local_frontier, e.bytes.len()))
-        .collect();
-    assert_eq!(
-        got,
-        [
-            (5, Op::App, LF, 29),
-            (6, Op::Write, 0, PAYLOAD),
-            (5, Op::App, LF, 29)
-        ]
-    );
-    assert_eq!(entries[1].bytes, golden_leaf());
-    assert_eq!(
-        committed.len(),
-        BATCH_PREFIX_LEN + 3 * BATCH_ENTRY_HEADER_LEN + 2 * 29 + PAYLOAD
-    );
-}
-
-#[test]
-fn logged_batch_fields_sit_at_documented_offsets() {
-    let mut b = LoggedBatch::new(0xa1a2_a3a4_a5a6_a7a8);
-    assert!(b.push(
-        0xc1c2_c3c4_c5c6_c7c8,
-        Op::Write,
-        0xb1b2_b3b4_b5b6_b7b8,
-        b"xyz"
-    ));
-    assert!(b.push(9, Op::App, 1, b""));
-    let b = b.finish();
-    assert_eq!(le_u16(&b, 0), 3, "version");
-    assert_eq!(b[2], BATCH_CODE, "code");
-    assert_eq!(b[2], 3);
-    assert_eq!(le_u64(&b, 3), 0xa1a2_a3a4_a5a6_a7a8, "global frontier");
-    assert_eq!(le_u32(&b, 11), 2, "count");
-    assert_eq!(BATCH_PREFIX_LEN, 15);
-    let e = BATCH_PREFIX_LEN;
-    assert_eq!(le_u64(&b, e), 0xc1c2_c3c4_c5c6_c7c8, "block");
-    assert_eq!(b[e + 8], 2, "op");
-    assert_eq!(le_u64(&b, e + 9), 0xb1b2_b3b4_b5b6_b7b8, "local frontier");
-    assert_eq!(le_u32(&b, e + 17), 3, "length");
-    assert_eq!(BATCH_ENTRY_HEADER_LEN, 21);
-    assert_eq!(&b[e + 21..e + 24], b"xyz");
-    assert_eq!(le_u64(&b, e + 24), 9, "second entry's block");
-    assert_eq!(b.len(), e + 24 + 21);
-}
-
-#[test]
 fn data_disk_matches_its_golden_file_and_opens() {
     let geo = disk_geometry();
     let committed = golden("data-disk.bin", &build_disk());
@@ -554,26 +411,6 @@ fn a_damaged_block_of_the_golden_disk_is_repaired_from_the_double_write_area() {
         Bosc::open(dyn_disk, disk_cfg(), Durability::Caller, Arc::new(HashApp)).unwrap();
     assert_eq!(report.blocks_repaired, 1);
     assert_eq!(b.query(1, |p| page_get(p, 22)).unwrap(), Some(222));
-}
-
-/// `LoggedMod` has no checksum of its own (the log record's payload CRC covers it); decode
-/// rejects another version, unknown tags and short payloads.
-#[test]
-fn logged_modification_rejects_other_versions_unknown_tags_and_short_payloads() {
-    let committed = golden("logged-mod-app.bin", &encode_logged(&logged_app()));
-    for version in [0u16, 1, 2, 4, u16::MAX] {
-        let mut c = committed.clone();
-        c[0..2].copy_from_slice(&version.to_le_bytes());
-        assert_eq!(LoggedMod::decode(&c), None, "version {version}");
-    }
-    for tag in [0u8, 3, 0xff] {
-        let mut c = committed.clone();
-        c[2] = tag;
-        assert_eq!(LoggedMod::decode(&c), None, "tag {tag}");
-    }
-    assert_eq!(LoggedMod::decode(&committed[..RECORD_PREFIX_LEN - 1]), None);
-    let empty = LoggedMod::decode(&committed[..RECORD_PREFIX_LEN]).unwrap();
-    assert!(empty.bytes.is_empty());
 }
 
 /// A block sealed on another BOSC disk of the same geometry fails the check here, and the
@@ -810,19 +647,4 @@ fn leaf_and_key_fields_sit_at_documented_offsets() {
     assert_eq!(Key::decode(&p[8..28]), fence);
     assert_eq!(p[28..48], k, "record 0 key");
     assert_eq!(le_u64(&p, 48), 0xd1d2_d3d4_d5d6_d7d8, "record 0 value");
-}
-
-#[test]
-fn logged_mod_fields_sit_at_documented_offsets() {
-    let b = LoggedMod::encode(
-        Op::Write,
-        0xa1a2_a3a4_a5a6_a7a8,
-        0xb1b2_b3b4_b5b6_b7b8,
-        b"xyz",
-    );
-    assert_eq!(le_u16(&b, 0), 3, "version");
-    assert_eq!(b[2], 2, "op");
-    assert_eq!(le_u64(&b, 3), 0xa1a2_a3a4_a5a6_a7a8, "global frontier");
-    assert_eq!(le_u64(&b, 11), 0xb1b2_b3b4_b5b6_b7b8, "local frontier");
-    assert_eq!(&b[19..], b"xyz");
 }
