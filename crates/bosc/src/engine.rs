@@ -21,10 +21,12 @@ use mariner_log::{Durable, DurableSink, Holder, Log, LogConfig};
 /// The name BOSC holds its own log's space under: it releases behind each checkpoint.
 const LOG_HOLDER: &str = "bosc";
 
+use crate::format::homes::HomeMap;
 use crate::format::{DiskId, Geometry, Op, BLOCK_HEADER_LEN};
 use crate::Error;
 
 mod commit;
+mod homes;
 mod memory;
 mod open;
 mod pending;
@@ -120,6 +122,12 @@ pub struct BoscConfig {
     /// block a commit was writing — and open fails with [`Error::Torn`](crate::Error::Torn).
     /// For trees that can be rebuilt from elsewhere: half the bytes and syncs per commit.
     pub dw_runs: u16,
+    /// Shadow extents instead of a double-write area (with `dw_runs` 0, own-log mode only;
+    /// part of the disk's geometry, docs/FORMATS.md "Shadow extents"): every extent of
+    /// `max_run` blocks has two homes, a commit writes an extent whole to the home it is not
+    /// in and logs the move, and a torn write leaves the current home as it was. Half the
+    /// bytes a double write costs, one sync per batch instead of two; twice the disk.
+    pub shadow: bool,
     /// `Some(interval)`: a background thread runs the commit cycle. `None`: only
     /// [`Bosc::commit_cycle`] and forced commits do (deterministic tests).
     pub background: Option<Duration>,
@@ -154,6 +162,7 @@ impl Default for BoscConfig {
             memory_budget_bytes: 64 << 20,
             runs_per_cycle: 64,
             dw_runs: 8,
+            shadow: false,
             background: Some(Duration::from_millis(10)),
             sweep_above: 0.5,
             image_share: 1.0,
@@ -229,6 +238,8 @@ struct Inner<A> {
     /// Run buffers of the commit pipeline, reused: allocated per run and freed on another
     /// thread, they left the allocator's per-thread arenas holding tens of MB.
     run_bufs: Mutex<Vec<Vec<u8>>>,
+    /// Which home each extent is in, on a disk of shadow extents ([`homes`]).
+    homes: Option<Mutex<HomeMap>>,
     stats: BoscStats,
 }
 
@@ -272,11 +283,17 @@ fn geometry(cfg: &BoscConfig) -> Result<Geometry, Error> {
             "block size a power of two >= 512, max_run >= 1".into(),
         ));
     }
+    if cfg.shadow && cfg.dw_runs != 0 {
+        return Err(Error::Config(
+            "shadow extents take the place of a double-write area: dw_runs must be 0".into(),
+        ));
+    }
     Ok(Geometry {
         block_bytes: cfg.block_bytes,
         block_count: cfg.block_count,
         max_run: cfg.max_run,
         dw_runs: cfg.dw_runs,
+        shadow: cfg.shadow,
     })
 }
 

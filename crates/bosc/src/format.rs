@@ -35,6 +35,8 @@
 
 #![deny(clippy::cast_possible_truncation)]
 
+pub mod homes;
+
 pub const BLOCK_HEADER_LEN: usize = 24;
 pub const BLOCK_MAGIC: [u8; 4] = *b"BOSC";
 pub const CKPT_MAGIC: [u8; 8] = *b"BOSCCKPT";
@@ -48,9 +50,15 @@ pub const CKPT_VERSION: u16 = FORMAT_VERSION;
 /// would write its double writes over them — so it must refuse the disk, not misread it.
 /// Everything else is as in [`CKPT_VERSION`] (the block CRC salt included).
 pub const CKPT_VERSION_NO_DW: u16 = 4;
+/// The checkpoint version of a disk of shadow extents (`dw_runs` 0, [`Geometry::shadow`]):
+/// two home map slots follow the checkpoint slots, then every extent's two homes.
+pub const CKPT_VERSION_SHADOW: u16 = 5;
 pub const CKPT_SLOTS: [u64; 2] = [0, 4096];
 pub const CKPT_LEN: usize = 64;
 pub const DW_OFFSET: u64 = 8192;
+/// Where a disk of shadow extents keeps its two home map slots (where others have the
+/// double-write area).
+pub const MAP_OFFSET: u64 = 8192;
 pub const RECORD_VERSION: u16 = FORMAT_VERSION;
 pub const RECORD_PREFIX_LEN: usize = 19;
 /// The `op` byte of a [`LoggedBatch`]: several modifications in one log record.
@@ -71,6 +79,9 @@ pub struct Geometry {
     /// The double-write area holds this many runs of `max_run` blocks: a commit writes up to
     /// that many runs with one pair of syncs.
     pub dw_runs: u16,
+    /// Shadow extents instead (`dw_runs` 0; [`homes`]): each extent of `max_run` blocks has two
+    /// homes, and a commit writes it whole to the one it is not in.
+    pub shadow: bool,
 }
 
 impl Geometry {
@@ -84,16 +95,49 @@ impl Geometry {
         u64::from(self.max_run) * u64::from(self.dw_runs.max(1))
     }
     pub fn data_start(&self) -> u64 {
+        if self.shadow {
+            return MAP_OFFSET + 2 * self.map_slot_bytes();
+        }
         DW_OFFSET + self.dw_slots() * u64::from(self.block_bytes)
     }
+    /// Where `block` is on a disk without shadow extents; on one with, where it is in home 0.
     pub fn block_offset(&self, block: u64) -> u64 {
         self.data_start() + block * u64::from(self.block_bytes)
+    }
+    /// Where `block` is in `home` (0 or 1) on a disk of shadow extents.
+    pub fn home_offset(&self, home: u8, block: u64) -> u64 {
+        self.block_offset(u64::from(home & 1) * self.block_count + block)
+    }
+    /// Extents of a disk of shadow extents: `max_run` blocks each, the last maybe fewer.
+    pub fn extents(&self) -> u64 {
+        self.block_count.div_ceil(u64::from(self.max_run.max(1)))
+    }
+    /// The extent a block is in.
+    pub fn extent_of(&self, block: u64) -> u64 {
+        block / u64::from(self.max_run.max(1))
+    }
+    /// Bytes of the home map's bits.
+    pub fn home_map_bits_bytes(&self) -> usize {
+        usize::try_from(self.extents().div_ceil(8)).unwrap_or(usize::MAX)
+    }
+    /// Bytes of a home map slot (0 without shadow extents).
+    pub fn map_slot_bytes(&self) -> u64 {
+        if !self.shadow {
+            return 0;
+        }
+        (homes::HOME_MAP_HEADER_LEN as u64 + self.home_map_bits_bytes() as u64)
+            .next_multiple_of(4096)
+    }
+    /// The home map slot written with checkpoint counter `counter`.
+    pub fn map_slot(&self, counter: u64) -> u64 {
+        MAP_OFFSET + (counter % 2) * self.map_slot_bytes()
     }
     pub fn dw_offset(&self, slot: u64) -> u64 {
         DW_OFFSET + slot * u64::from(self.block_bytes)
     }
     pub fn disk_bytes(&self) -> u64 {
-        self.block_offset(self.block_count)
+        let homes = if self.shadow { 2 } else { 1 };
+        self.block_offset(homes * self.block_count)
     }
     pub fn payload_bytes(&self) -> usize {
         self.block_bytes as usize - BLOCK_HEADER_LEN
@@ -227,7 +271,9 @@ impl Checkpoint {
     pub fn encode(&self) -> [u8; CKPT_LEN] {
         let mut out = [0u8; CKPT_LEN];
         out[0..8].copy_from_slice(&CKPT_MAGIC);
-        let version = if self.geometry.dw_runs == 0 {
+        let version = if self.geometry.shadow {
+            CKPT_VERSION_SHADOW
+        } else if self.geometry.dw_runs == 0 {
             CKPT_VERSION_NO_DW
         } else {
             CKPT_VERSION
@@ -253,7 +299,7 @@ impl Checkpoint {
             return Err(CheckpointError::Magic);
         }
         let version = u16::from_le_bytes([b[8], b[9]]);
-        if version != CKPT_VERSION && version != CKPT_VERSION_NO_DW {
+        if ![CKPT_VERSION, CKPT_VERSION_NO_DW, CKPT_VERSION_SHADOW].contains(&version) {
             return Err(CheckpointError::UnsupportedVersion(version));
         }
         if b.len() < CKPT_LEN {
@@ -267,7 +313,7 @@ impl Checkpoint {
             return Err(CheckpointError::Checksum);
         }
         let dw_runs = u16::from_le_bytes([b[10], b[11]]);
-        if (dw_runs == 0) != (version == CKPT_VERSION_NO_DW) {
+        if (dw_runs == 0) != (version != CKPT_VERSION) {
             // Each version says whether the disk has a double-write area; a checkpoint that
             // disagrees with its own version was not written by this format.
             return Err(CheckpointError::UnsupportedVersion(version));
@@ -280,6 +326,7 @@ impl Checkpoint {
                 block_count: u64_at(b, 16),
                 max_run: u32::from_le_bytes([b[24], b[25], b[26], b[27]]),
                 dw_runs: u16::from_le_bytes([b[10], b[11]]),
+                shadow: version == CKPT_VERSION_SHADOW,
             },
             counter: u64_at(b, 32),
             checkpoint: u64_at(b, 40),
@@ -579,6 +626,7 @@ mod tests {
                 block_count: 10,
                 max_run: 32,
                 dw_runs: 4,
+                shadow: false,
             },
             counter: 5,
             checkpoint: 99,
@@ -609,6 +657,7 @@ mod tests {
                 block_count: 64,
                 max_run: 32,
                 dw_runs: 0,
+                shadow: false,
             },
             counter: 3,
             checkpoint: 7,
@@ -643,6 +692,7 @@ mod tests {
             block_count: 4,
             max_run: 2,
             dw_runs: 1,
+            shadow: false,
         };
         let slots = Checkpoint::format_slots(geo, DiskId(9));
         assert_eq!([slots[0].0, slots[1].0], CKPT_SLOTS);

@@ -9,8 +9,9 @@ use mariner_log::{Log, LogConfig};
 
 use crate::btree::image::{ImageHeader, RouterImage, IMAGE_BODY_START, IMAGE_SLOTS};
 use crate::btree::{BPlusTree, Key, LeafApp};
+use crate::format::homes::{HomeMap, LoggedHomes};
 use crate::format::{
-    check_block, seal_block, Checkpoint, DiskId, LoggedBatch, LoggedMod, BLOCK_HEADER_LEN,
+    check_block, seal_block, Checkpoint, DiskId, Geometry, LoggedBatch, LoggedMod, BLOCK_HEADER_LEN,
 };
 use crate::{Bosc, BoscConfig, Durability};
 
@@ -43,6 +44,23 @@ pub fn fuzz_format(data: &[u8]) {
             assert!(again.push(e.block, e.op, e.local_frontier, e.bytes));
         }
         assert_eq!(again.finish(), data);
+    }
+    if let Some(moves) = LoggedHomes::decode(data) {
+        assert_eq!(LoggedHomes::encode(&moves), data);
+    }
+    // A home map slot of a small disk of shadow extents (3 extents: one slot of 4096 bytes).
+    let geo = Geometry {
+        block_bytes: 512,
+        block_count: 80,
+        max_run: 32,
+        dw_runs: 0,
+        shadow: true,
+    };
+    let mut slot = vec![0u8; 4096];
+    let n = data.len().min(slot.len());
+    slot[..n].copy_from_slice(&data[..n]);
+    if let Ok(map) = HomeMap::decode(&slot, &geo, disk) {
+        assert_eq!(map.encode(&geo, disk), slot);
     }
 }
 

@@ -27,6 +27,9 @@
 //! | checkpoint write                     | one slot torn, the other valid      | older checkpoint: replays more |
 //! | anything, own-log mode               | records above the checkpoint        | requeue window; LSN skips dups |
 //! | in-place write, no DW area (`dw_runs` 0, own log) | in-place maybe torn    | read every requeued block without an image: one torn fails open (`Error::Torn`) |
+//! | move of shadow extents, before its `LoggedHomes` is durable | other homes maybe torn, current homes whole | map and log name the current homes; the move's modifications are requeued |
+//! | after its `LoggedHomes` is durable   | moved extents synced in their new homes | the record moves them in the map; later frontiers drop what they carry |
+//! | checkpoint write, shadow extents     | checkpoint or its map slot torn     | the newest checkpoint whose map slot has its counter, the older one otherwise |
 //!
 //! Media assumptions: writes may be lost, reordered or torn at sector granularity until
 //! `sync` returns; synced data stays.

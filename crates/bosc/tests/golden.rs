@@ -58,6 +58,7 @@ fn checkpoint() -> Checkpoint {
             block_count: 1 << 20,
             max_run: 32,
             dw_runs: 8,
+            shadow: false,
         },
         counter: 7,
         checkpoint: 0x0123_4567,
@@ -147,6 +148,7 @@ fn disk_geometry() -> Geometry {
         block_count: 4,
         max_run: 2,
         dw_runs: 2,
+        shadow: false,
     }
 }
 
@@ -554,6 +556,7 @@ fn geometry_places_things_where_documented() {
         block_count: 100,
         max_run: 32,
         dw_runs: 4,
+        shadow: false,
     };
     assert_eq!(g.dw_slots(), 128);
     assert_eq!(g.dw_offset(0), 8192);
@@ -572,6 +575,7 @@ fn checkpoint_fields_sit_at_documented_offsets() {
             block_count: 0xb1b2_b3b4_b5b6_b7b8,
             max_run: 0xc1c2_c3c4,
             dw_runs: 0x9192,
+            shadow: false,
         },
         counter: 0xd1d2_d3d4_d5d6_d7d8,
         checkpoint: 0xe1e2_e3e4_e5e6_e7e8,

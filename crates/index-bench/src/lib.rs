@@ -138,6 +138,8 @@ pub struct Config {
     pub block_bytes: u32,
     /// Longest BOSC commit run, in blocks (32 in the seed).
     pub max_run: u32,
+    /// BOSC engines: shadow extents instead of a double-write area (`BoscConfig::shadow`).
+    pub shadow: bool,
     /// bosc-btree: parts each batch is handed to the log in (`BPlusTree::set_log_parts`).
     pub log_parts: usize,
     /// Keep a model of every record and check every engine answer against it (tiny runs).
@@ -165,6 +167,7 @@ impl Config {
             seed: 1,
             block_bytes: 4096,
             max_run: 32,
+            shadow: true,
             log_parts: 1,
             verify: false,
             reopen_in_run: false,

@@ -48,6 +48,11 @@ struct Args {
     /// Longest BOSC commit run, in blocks (32 in the seed).
     #[arg(long, default_value_t = 32)]
     max_run: u32,
+    /// How the BOSC engines guard their data disk against torn writes: `shadow` (shadow
+    /// extents: each extent written whole to its other home, twice the disk) or
+    /// `double-write` (a double-write area: every block written twice).
+    #[arg(long, default_value = "shadow", value_parser = ["shadow", "double-write"])]
+    torn_guard: String,
     /// bosc-btree: parts each batch is handed to the log in, so preparing one part overlaps
     /// the log write of the one before (each batch is still durable when its call returns).
     #[arg(long, default_value_t = 1)]
@@ -96,6 +101,7 @@ fn main() -> ExitCode {
         seed: args.seed,
         block_bytes: args.block_bytes,
         max_run: args.max_run,
+        shadow: args.torn_guard == "shadow",
         log_parts: args.log_parts,
         verify: args.verify,
         commit_queued: args.commit_queued,

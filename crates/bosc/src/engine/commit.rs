@@ -13,7 +13,7 @@ use std::time::Duration;
 use super::memory::State;
 use super::pending::{group_of, GROUP_BLOCKS};
 use super::query::block_lsns;
-use super::{lock, BlockApp, Inner};
+use super::{homes, lock, BlockApp, Inner};
 use crate::format::{seal_block, Checkpoint, BLOCK_HEADER_LEN};
 use crate::runs::{plan_runs, Run};
 use crate::Error;
@@ -229,7 +229,10 @@ impl<A: BlockApp> Inner<A> {
         if let Some(why) = &lock(&self.state).failed {
             return Err(Error::Failed(why.clone()));
         }
-        let runs = plan(self);
+        let mut runs = plan(self);
+        if self.homes.is_some() {
+            runs = self.whole_extents(runs);
+        }
         if runs.is_empty() {
             return Ok(0);
         }
@@ -258,10 +261,8 @@ impl<A: BlockApp> Inner<A> {
                         buf.fill(0);
                         Ok((run, buf))
                     } else {
-                        self.disk
-                            .read_at(&mut buf, self.geo.block_offset(run.start))
+                        self.read_span(&mut buf, run.start, false)
                             .map(|()| (run, buf))
-                            .map_err(Error::from)
                     };
                     let stop = r.is_err();
                     if tx.send(r).is_err() || stop {
@@ -290,7 +291,7 @@ impl<A: BlockApp> Inner<A> {
             let mut batch = Batch::default();
             for got in rx {
                 let (run, mut buf) = got?;
-                if batch.blocks + run.len > self.geo.batch_blocks() {
+                if batch.blocks + run.len > self.batch_limit() {
                     writer.send(std::mem::take(&mut batch))?;
                 }
                 self.stage_run(run, &mut buf, &mut batch.staged)?;
@@ -303,6 +304,16 @@ impl<A: BlockApp> Inner<A> {
             writer.wait()?;
             Ok(writer.blocks)
         })
+    }
+
+    /// Blocks written with one sync: the double-write area's, one run without one, or
+    /// [`homes::BATCH_EXTENTS`] extents.
+    fn batch_limit(&self) -> u64 {
+        if self.homes.is_some() {
+            homes::BATCH_EXTENTS * u64::from(self.geo.max_run)
+        } else {
+            self.geo.batch_blocks()
+        }
     }
 
     /// A run buffer of `len` bytes from the pool (contents undefined).
@@ -371,6 +382,9 @@ impl<A: BlockApp> Inner<A> {
     pub(super) fn write_batch(&self, batch: &Batch) -> Result<(), Error> {
         let newest = batch.staged.iter().map(|s| s.upto).max().unwrap_or(0);
         self.wait_durable(newest)?;
+        if let Some(homes) = &self.homes {
+            return self.move_extents(batch, homes);
+        }
         if self.geo.dw_runs > 0 {
             let mut slot = 0;
             for (run, buf) in &batch.runs {
@@ -397,7 +411,7 @@ impl<A: BlockApp> Inner<A> {
         let (runs, blocks) = (batch.runs.len() as u64, batch.blocks);
         // The pool keeps what a pipeline holds at most: a batch being written, one being
         // merged, and the reader's two.
-        let keep = 2 * self.geo.dw_runs as usize + 2;
+        let keep = 2 * (self.batch_limit() / u64::from(self.geo.max_run.max(1))) as usize + 2;
         let mut pool = lock(&self.run_bufs);
         for (_, buf) in batch.runs.drain(..) {
             if pool.len() < keep {
@@ -452,6 +466,16 @@ impl<A: BlockApp> Inner<A> {
             checkpoint: ckpt,
             disk_id: self.disk_id,
         };
+        if let Some(homes) = &self.homes {
+            // The map as of this checkpoint, to its slot; the checkpoint names it by counter.
+            let mut map = lock(homes).clone();
+            map.counter = counter;
+            map.checkpoint = ckpt;
+            self.disk.write_at(
+                &map.encode(&self.geo, self.disk_id),
+                self.geo.map_slot(counter),
+            )?;
+        }
         self.disk.write_at(&c.encode(), c.slot())?;
         self.disk.sync()?;
         {

@@ -22,6 +22,7 @@ use super::{
     geometry, lock, BlockApp, Bosc, BoscConfig, BoscStats, Durability, Inner, NoSink, OpenReport,
     LOG_HOLDER,
 };
+use crate::format::homes::{HomeMap, LoggedHomes, HOMES_CODE};
 use crate::format::{
     check_block, BlockError, BlockHeader, Checkpoint, CheckpointError, DiskId, Geometry,
     LoggedBatch, LoggedMod, Op, BATCH_CODE, CKPT_SLOTS,
@@ -50,6 +51,13 @@ impl<A: BlockApp> Bosc<A> {
             slot[..image.len()].copy_from_slice(&image);
             disk.write_at(&slot, at)?;
         }
+        if geo.shadow {
+            // Every extent in home 0, for both checkpoints format writes.
+            for counter in [0, 1] {
+                let map = HomeMap::fresh(&geo, counter);
+                disk.write_at(&map.encode(&geo, disk_id), geo.map_slot(counter))?;
+            }
+        }
         disk.sync()?;
         Ok(())
     }
@@ -65,11 +73,12 @@ impl<A: BlockApp> Bosc<A> {
         app: Arc<A>,
     ) -> Result<(Self, OpenReport), Error> {
         let started = Instant::now();
-        let ck = read_checkpoint(disk.as_ref())?;
-        // The double-write area's size is the disk's, chosen when it was formatted: a disk
-        // formatted under another `dw_runs` opens with its own.
+        let (ck, homes) = read_checkpoint(disk.as_ref())?;
+        // The double-write area's size (or shadow extents instead) is the disk's, chosen when
+        // it was formatted: a disk formatted under another `dw_runs` opens with its own.
         let geo = Geometry {
             dw_runs: ck.geometry.dw_runs,
+            shadow: ck.geometry.shadow,
             ..geometry(&cfg)?
         };
         if ck.geometry != geo {
@@ -80,7 +89,7 @@ impl<A: BlockApp> Bosc<A> {
         }
         if geo.dw_runs == 0 && matches!(durability, Durability::Caller) {
             // Torn blocks are found from the own log's modifications (`find_torn`): a caller's
-            // arrive after open.
+            // arrive after open. Shadow extents log their moves in it.
             return Err(Error::Config(
                 "a disk without a double-write area needs the own log".into(),
             ));
@@ -135,6 +144,7 @@ impl<A: BlockApp> Bosc<A> {
             budget: AtomicUsize::new(cfg_budget),
             gate: RwLock::new(()),
             run_bufs: Mutex::new(Vec::new()),
+            homes: homes.map(Mutex::new),
             stats: BoscStats::default(),
         });
         if let (Some(plan), Some((log, volume))) = (&replay, &inner.log) {
@@ -144,7 +154,7 @@ impl<A: BlockApp> Bosc<A> {
             report.records_scanned = scanned;
             report.records_requeued = requeued;
             report.images_dropped = dropped;
-            if inner.geo.dw_runs == 0 {
+            if inner.geo.dw_runs == 0 && !inner.geo.shadow {
                 let torn = inner.find_torn()?;
                 if let Some(&first) = torn.first() {
                     return Err(Error::Torn {
@@ -177,16 +187,55 @@ impl<A: BlockApp> Bosc<A> {
     }
 }
 
-pub(super) fn read_checkpoint(disk: &dyn Disk) -> Result<Checkpoint, Error> {
+/// The checkpoint to recover from, and on a disk of shadow extents the home map written with
+/// it: the newest valid checkpoint whose map slot is valid and names its counter and sequence
+/// number. A checkpoint written without its map (a crash before their common sync) is passed
+/// over for the older one, whose map is in the other slot; the log was not released behind the
+/// newer one. Both must match: a crash can land a map whose checkpoint did not, and after the
+/// reopen the next checkpoint takes that counter again — a map of the same counter and
+/// sequence number holds every move logged at or below it, and the moves after it are in the
+/// log above it, so either map serves (found by `shadow_extents_survive_torn_moves`).
+pub(super) fn read_checkpoint(disk: &dyn Disk) -> Result<(Checkpoint, Option<HomeMap>), Error> {
     let mut slots = [[0u8; crate::format::CKPT_LEN]; 2];
     for (buf, at) in slots.iter_mut().zip(CKPT_SLOTS) {
         disk.read_at(buf, at)?;
     }
-    match Checkpoint::pick([&slots[0], &slots[1]]) {
-        Ok(best) => best.ok_or(Error::NotFormatted),
-        Err(CheckpointError::UnsupportedVersion(v)) => Err(Error::UnsupportedVersion(v)),
-        Err(CheckpointError::Magic | CheckpointError::Checksum) => Err(Error::NotFormatted),
+    let newest = match Checkpoint::pick([&slots[0], &slots[1]]) {
+        Ok(best) => best.ok_or(Error::NotFormatted)?,
+        Err(CheckpointError::UnsupportedVersion(v)) => return Err(Error::UnsupportedVersion(v)),
+        Err(CheckpointError::Magic | CheckpointError::Checksum) => return Err(Error::NotFormatted),
+    };
+    if !newest.geometry.shadow {
+        return Ok((newest, None));
     }
+    let mut candidates: Vec<Checkpoint> = slots
+        .iter()
+        .filter_map(|s| Checkpoint::decode(s).ok())
+        .filter(|c| c.geometry == newest.geometry && c.disk_id == newest.disk_id)
+        .collect();
+    candidates.sort_by_key(|c| std::cmp::Reverse(c.counter));
+    let geo = newest.geometry;
+    let mut buf = vec![0u8; usize::try_from(geo.map_slot_bytes()).unwrap_or(0)];
+    let mut why = None;
+    for ck in candidates {
+        disk.read_at(&mut buf, geo.map_slot(ck.counter))?;
+        match HomeMap::decode(&buf, &geo, ck.disk_id) {
+            Ok(map) if map.counter == ck.counter && map.checkpoint == ck.checkpoint => {
+                return Ok((ck, Some(map)))
+            }
+            Ok(map) => {
+                why = Some(format!(
+                    "the map in its slot is of checkpoint {} (counter {})",
+                    map.checkpoint, map.counter
+                ))
+            }
+            Err(e) => why = Some(e.to_string()),
+        }
+    }
+    Err(Error::Failed(format!(
+        "no checkpoint of this disk of shadow extents has its home map: {}",
+        why.unwrap_or_default()
+    )))
 }
 
 /// The double-write area holds the last batch of runs, durable before any of it was written in
@@ -357,6 +406,20 @@ impl<A: BlockApp> Inner<A> {
                 }
                 Ok(())
             };
+            // Extents a commit moved (shadow extents): before any later record's frontiers
+            // call what the move carried committed, the map says where it is.
+            if payload.get(2) == Some(&HOMES_CODE) {
+                let moves = LoggedHomes::decode(payload).ok_or(Error::BadRecord(seq))?;
+                let homes = self.homes.as_ref().ok_or(Error::BadRecord(seq))?;
+                let mut map = lock(homes);
+                for (extent, home) in moves {
+                    if extent >= self.geo.extents() {
+                        return Err(Error::BadRecord(seq));
+                    }
+                    map.set(extent, home);
+                }
+                return Ok(());
+            }
             // A record's own frontiers lie below its sequence number, and so do those of every
             // record before it: it is queued, and the frontiers prune older entries later.
             // A batch record's entries share its number; a single modification's record is
@@ -418,7 +481,7 @@ impl<A: BlockApp> Inner<A> {
                 // Without a double-write area a block may be torn: one with an image (a
                 // whole-block write) keeps everything queued and takes its content from the
                 // image; `find_torn` names the others.
-                Err(_) if self.geo.dw_runs == 0 => 0,
+                Err(_) if self.geo.dw_runs == 0 && !self.geo.shadow => 0,
                 Err(error) => return Err(Error::Block { block, error }),
             };
             lsns.insert(block, lsn);
@@ -486,8 +549,7 @@ impl<A: BlockApp> Inner<A> {
         let mut buf = Vec::new();
         for run in plan_runs(wanted, MAX_READ, 0.1) {
             buf.resize(run.len as usize * bs, 0);
-            self.disk
-                .read_at(&mut buf, self.geo.block_offset(run.start))?;
+            self.read_span(&mut buf, run.start, false)?;
             for (block, img) in (run.start..).zip(buf.chunks(bs)) {
                 f(block, check_block(img, self.disk_id, Some(block)))?;
             }

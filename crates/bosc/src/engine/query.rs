@@ -66,7 +66,7 @@ pub(super) fn block_lsns(
 impl<A: BlockApp> Inner<A> {
     pub(super) fn read_block(&self, block: u64) -> Result<(Vec<u8>, u64), Error> {
         let mut img = vec![0u8; self.geo.block_bytes as usize];
-        self.disk.read_at(&mut img, self.geo.block_offset(block))?;
+        self.disk.read_at(&mut img, self.block_at(block))?;
         let h = check_block(&img, self.disk_id, Some(block))
             .map_err(|e| Error::Block { block, error: e })?;
         Ok((img, h.lsn))
@@ -81,19 +81,9 @@ impl<A: BlockApp> Inner<A> {
     ) -> Result<(), Error> {
         let bs = self.geo.block_bytes as usize;
         let _gate = self.gate.read().unwrap_or_else(PoisonError::into_inner);
-        let at = self.geo.block_offset(first);
         // A hole of a sparse file reads as zeros: blocks never written. Not reading it keeps an
         // open's scan of a large, mostly empty disk to the blocks in use.
-        let hole = self
-            .disk
-            .allocation(at, buf.len() as u64)?
-            .iter()
-            .all(|e| !e.allocated);
-        if hole {
-            buf.fill(0);
-        } else {
-            self.disk.read_at(buf, at)?;
-        }
+        self.read_span(buf, first, true)?;
         let st = lock(&self.state);
         let lsns = block_lsns(buf, self.disk_id, bs, first)?;
         self.merge_pending(&st, first, buf, &lsns);

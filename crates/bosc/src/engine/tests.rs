@@ -161,6 +161,7 @@ fn repair_takes_the_newest_double_write_copy() {
         block_count: 8,
         max_run: 2,
         dw_runs: 2,
+        shadow: false,
     };
     let id = DiskId(7);
     let disk = MemDisk::new(geo.disk_bytes() as usize);

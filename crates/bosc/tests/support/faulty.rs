@@ -39,6 +39,7 @@ pub fn engine_cfg(blocks: u64, budget: usize) -> BoscConfig {
         // Two runs per double-write batch: a cycle of three runs writes a full batch and a
         // partial one, so crashes land in both and in stale slots an earlier batch left.
         dw_runs: 2,
+        shadow: false,
         background: None,
         sweep_above: 0.0,
         image_share: 1.0,

@@ -78,6 +78,12 @@ impl BoscFiles {
                 max_run: cfg.max_run,
                 memory_budget_bytes: budget,
                 background: Some(Duration::from_millis(10)),
+                dw_runs: if cfg.shadow {
+                    0
+                } else {
+                    BoscConfig::default().dw_runs
+                },
+                shadow: cfg.shadow,
                 ..BoscConfig::default()
             },
             // Batches aligned for O_DIRECT; O_DSYNC makes each write durable (see `open`).
