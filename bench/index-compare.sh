@@ -23,6 +23,8 @@
 #   QUERIES=2000 RANGE_LEN=100 SEED=1 RUN_KIB=256 BLOCK_BYTES=4096 BTREE_BLOCK_BYTES=8192
 #   LOG_PARTS=1 COMMIT_QUEUED=1 ENGINES="bosc-btree redb fjall bosc-hash plain-hash"
 #   DROP_CACHES=0 (1: drop the page cache before each reopen; root)
+#   TORN_GUARD= (shadow | double-write: how the BOSC engines guard against torn writes;
+#   unset: the build's default, shadow extents since 2026-11-29)
 #   INDEX_BENCH_BIN=<path> (a build of mariner-index-bench to run instead of building this one)
 #   SCRATCH=/var/tmp/mariner-index-bench IN_MEMCG=<checkout>/../shared/tools/in-memcg
 #   LIMIT_MIB_fjall=256 (per-engine cgroup limit, '-' as '_': for an engine that cannot run at
@@ -104,6 +106,7 @@ for e in $ENGINES; do
   block=$BLOCK_BYTES; extra=()
   [ "$e" = bosc-btree ] && { block=$BTREE_BLOCK_BYTES; extra=(--log-parts "$LOG_PARTS"); }
   [ "$COMMIT_QUEUED" = 1 ] && extra+=(--commit-queued)
+  case $e in bosc-*) [ -z "${TORN_GUARD:-}" ] || extra+=(--torn-guard "$TORN_GUARD") ;; esac
   max_run=$((RUN_KIB * 1024 / block)); [ $max_run -ge 1 ] || max_run=1
   args=(--engine "$e" --dir "$dir" --budget "${BUDGET_MIB}MiB" --preload-entries "$PRELOAD"
         --ops "$ops" --window-secs "$WINDOW" --sync-every "$SYNC_EVERY" --queries "$QUERIES"
