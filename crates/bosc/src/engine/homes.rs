@@ -33,18 +33,14 @@ use crate::Error;
 pub(super) const BATCH_EXTENTS: u64 = 8;
 
 impl<A: BlockApp> Inner<A> {
-    /// The home `block` is read from now: its extent's (home 0 without shadow extents).
-    pub(super) fn home_of(&self, block: u64) -> u8 {
-        self.homes
-            .as_ref()
-            .map_or(0, |m| lock(m).home(self.geo.extent_of(block)))
-    }
-
-    /// Where `block` is read from now.
+    /// Where `block` is read from now: its extent's current home.
     pub(super) fn block_at(&self, block: u64) -> u64 {
         match &self.homes {
             None => self.geo.block_offset(block),
-            Some(_) => self.geo.home_offset(self.home_of(block), block),
+            Some(m) => {
+                let home = lock(m).home(self.geo.extent_of(block));
+                self.geo.home_offset(home, block)
+            }
         }
     }
 
