@@ -87,7 +87,7 @@ cargo test --workspace --release
 #     Run it by hand with `cargo test --profile checked -p mariner --tests`.
 checked=(-p mariner-disk -p mariner-placement -p mariner-log -p mariner-store -p mariner-bosc
   -p mariner-nbd -p mariner-scsi -p mariner-iscsi -p mariner-node -p mariner-limits -p mariner-sim
-  -p mariner-history)
+  -p mariner-history -p mariner-heap)
 stage "build (checked)"
 cargo test --profile checked "${checked[@]}" --tests --no-run
 

@@ -191,6 +191,9 @@ pub struct BoscStats {
     pub kept_hot: AtomicU64,
     /// Blocks read ahead for the application ([`Bosc::read_hot`]).
     pub read_hot: AtomicU64,
+    /// Times the memory commits freed was given back to the system, and the time it took.
+    pub heap_trims: AtomicU64,
+    pub heap_trim_ns: AtomicU64,
 }
 
 /// What opening found.
@@ -238,6 +241,8 @@ struct Inner<A> {
     /// Run buffers of the commit pipeline, reused: allocated per run and freed on another
     /// thread, they left the allocator's per-thread arenas holding tens of MB.
     run_bufs: Mutex<Vec<Vec<u8>>>,
+    /// What commits freed since the heap was last trimmed.
+    trim: Mutex<memory::Trim>,
     /// Which home each extent is in, on a disk of shadow extents ([`homes`]).
     homes: Option<Mutex<HomeMap>>,
     stats: BoscStats,

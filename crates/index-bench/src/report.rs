@@ -175,6 +175,10 @@ pub struct Report {
     pub peak_rss_bytes: u64,
     /// Resident set (VmRSS) after each phase, bytes.
     pub rss_bytes: Map<String, Value>,
+    /// The allocator's heap after each phase (glibc's `mallinfo2`: bytes in use and bytes
+    /// free but kept), where the resident set beyond what an engine holds goes.
+    #[serde(skip_serializing_if = "Map::is_empty")]
+    pub heap_bytes: Map<String, Value>,
 }
 
 impl Report {
@@ -193,8 +197,22 @@ impl Report {
     /// Records the resident set after `phase` (and says so on stderr, for long runs).
     pub fn note_rss(&mut self, phase: &str) {
         let rss = rss_bytes();
-        eprintln!("{}: {phase} done, RSS {} MiB", self.engine, rss >> 20);
+        let heap = mariner_heap::usage().map(|u| (u.in_use, u.free));
+        match heap {
+            Some((used, free)) => eprintln!(
+                "{}: {phase} done, RSS {} MiB (heap {} MiB in use, {} MiB free)",
+                self.engine,
+                rss >> 20,
+                used >> 20,
+                free >> 20
+            ),
+            None => eprintln!("{}: {phase} done, RSS {} MiB", self.engine, rss >> 20),
+        }
         self.rss_bytes.insert(phase.into(), Value::from(rss));
+        if let Some((used, free)) = heap {
+            let v = serde_json::json!({ "in_use": used, "free": free });
+            self.heap_bytes.insert(phase.into(), v);
+        }
     }
 }
 

@@ -86,12 +86,14 @@ const H_DISK_ID: usize = 24;
 const H_BODY_OFFSET: usize = 40;
 const H_BODY_LEN: usize = 48;
 const H_BODY_CRC: usize = 56;
+const B_BLOCK_COUNT: usize = 0;
 const B_PAYLOAD: usize = 8;
 const B_LEAVES: usize = 12;
 const B_FREE: usize = 16;
 const B_LEASE: usize = 24;
 const _: () = assert!(
     H_BODY_CRC + 8 == IMAGE_HEADER_LEN
+        && B_BLOCK_COUNT + 8 == B_PAYLOAD
         && B_LEASE + 8 == IMAGE_BODY_PREFIX_LEN
         && IMAGE_LEAF_LEN == 24
         && H_DISK_ID + 16 == H_BODY_OFFSET
@@ -218,28 +220,98 @@ impl ImageHeader {
     }
 }
 
+/// A body's fixed fields: what [`encode_body`] writes before the leaves.
+#[derive(Debug, Clone, Copy)]
+pub struct BodyPrefix {
+    pub block_count: u64,
+    pub payload_bytes: u32,
+    pub leaves: u32,
+    pub free_runs: u32,
+    pub lease_blocks: u64,
+}
+
+impl BodyPrefix {
+    /// The body's length in bytes.
+    pub fn body_len(&self) -> u64 {
+        IMAGE_BODY_PREFIX_LEN as u64
+            + u64::from(self.leaves) * IMAGE_LEAF_LEN as u64
+            + u64::from(self.free_runs) * IMAGE_FREE_RUN_LEN as u64
+    }
+}
+
+/// Encodes a body piece by piece, so a large tree's image (24 bytes a leaf: megabytes) is
+/// never built whole in memory beside the router it copies: the bytes gather in `buf`, and
+/// `flush` takes them (and must empty `buf`) whenever `chunk` bytes or more have gathered,
+/// and once at the end. Returns the bytes encoded; a caller whose `leaves` or `free` yield
+/// other counts than `prefix` says gets a length other than [`BodyPrefix::body_len`] and
+/// must not use the body.
+pub fn encode_body<E>(
+    prefix: &BodyPrefix,
+    leaves: impl Iterator<Item = (Key, u32)>,
+    free: impl Iterator<Item = (u64, u64)>,
+    chunk: usize,
+    buf: &mut Vec<u8>,
+    flush: &mut dyn FnMut(&mut Vec<u8>) -> Result<(), E>,
+) -> Result<u64, E> {
+    let mut total = 0u64;
+    let mut put = |buf: &mut Vec<u8>, bytes: &[u8]| -> Result<(), E> {
+        buf.extend_from_slice(bytes);
+        total += bytes.len() as u64;
+        if buf.len() >= chunk {
+            flush(buf)?;
+        }
+        Ok(())
+    };
+    let mut head = [0u8; IMAGE_BODY_PREFIX_LEN];
+    head[B_BLOCK_COUNT..B_BLOCK_COUNT + 8].copy_from_slice(&prefix.block_count.to_le_bytes());
+    head[B_PAYLOAD..B_PAYLOAD + 4].copy_from_slice(&prefix.payload_bytes.to_le_bytes());
+    head[B_LEAVES..B_LEAVES + 4].copy_from_slice(&prefix.leaves.to_le_bytes());
+    head[B_FREE..B_FREE + 4].copy_from_slice(&prefix.free_runs.to_le_bytes());
+    head[B_LEASE..B_LEASE + 8].copy_from_slice(&prefix.lease_blocks.to_le_bytes());
+    put(buf, &head)?;
+    let mut leaf = [0u8; IMAGE_LEAF_LEN];
+    for (fence, block) in leaves {
+        fence.encode(&mut leaf[..Key::ENCODED_LEN]);
+        leaf[Key::ENCODED_LEN..].copy_from_slice(&block.to_le_bytes());
+        put(buf, &leaf)?;
+    }
+    let mut run = [0u8; IMAGE_FREE_RUN_LEN];
+    for (start, end) in free {
+        run[..8].copy_from_slice(&start.to_le_bytes());
+        run[8..].copy_from_slice(&end.to_le_bytes());
+        put(buf, &run)?;
+    }
+    if !buf.is_empty() {
+        flush(buf)?;
+    }
+    Ok(total)
+}
+
 impl RouterImage {
+    /// The body's fixed fields. Counts past `u32::MAX` saturate (the body then fails its
+    /// length check at decode; no disk holds that many leaves).
+    pub fn prefix(&self) -> BodyPrefix {
+        BodyPrefix {
+            block_count: self.block_count,
+            payload_bytes: self.payload_bytes,
+            leaves: u32::try_from(self.leaves.len()).unwrap_or(u32::MAX),
+            free_runs: u32::try_from(self.free.len()).unwrap_or(u32::MAX),
+            lease_blocks: self.lease_blocks,
+        }
+    }
+
     pub fn encode(&self) -> Vec<u8> {
-        let len = IMAGE_BODY_PREFIX_LEN
-            + self.leaves.len() * IMAGE_LEAF_LEN
-            + self.free.len() * IMAGE_FREE_RUN_LEN;
-        let mut out = Vec::with_capacity(len);
-        out.extend_from_slice(&self.block_count.to_le_bytes());
-        out.extend_from_slice(&self.payload_bytes.to_le_bytes());
-        out.extend_from_slice(&(self.leaves.len() as u32).to_le_bytes());
-        out.extend_from_slice(&(self.free.len() as u32).to_le_bytes());
-        out.extend_from_slice(&0u32.to_le_bytes());
-        out.extend_from_slice(&self.lease_blocks.to_le_bytes());
-        let mut key = [0u8; Key::ENCODED_LEN];
-        for (fence, block) in &self.leaves {
-            fence.encode(&mut key);
-            out.extend_from_slice(&key);
-            out.extend_from_slice(&block.to_le_bytes());
-        }
-        for (start, end) in &self.free {
-            out.extend_from_slice(&start.to_le_bytes());
-            out.extend_from_slice(&end.to_le_bytes());
-        }
+        let prefix = self.prefix();
+        let mut out = Vec::with_capacity(usize::try_from(prefix.body_len()).unwrap_or(0));
+        let whole: Result<u64, std::convert::Infallible> = encode_body(
+            &prefix,
+            self.leaves.iter().copied(),
+            self.free.iter().copied(),
+            usize::MAX,
+            &mut out,
+            &mut |_| Ok(()),
+        );
+        debug_assert!(whole.is_ok());
         out
     }
 
@@ -264,7 +336,7 @@ impl RouterImage {
             return Err(bad("reserved bytes set"));
         }
         let img = Self {
-            block_count: u64_at(b, 0),
+            block_count: u64_at(b, B_BLOCK_COUNT),
             payload_bytes: u32_at(b, B_PAYLOAD),
             lease_blocks: u64_at(b, B_LEASE),
             leaves: b[IMAGE_BODY_PREFIX_LEN..IMAGE_BODY_PREFIX_LEN + leaves_n * IMAGE_LEAF_LEN]
@@ -357,6 +429,57 @@ impl RouterImage {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A body written in pieces (as a router image is) is the body encoded whole, whatever
+    /// the piece size; every piece but the last is at least the piece size.
+    #[test]
+    fn a_body_in_pieces_is_the_body_whole() {
+        let mut img = image();
+        img.leaves = (0..500u32)
+            .map(|i| (Key::new(i, u64::from(i) * 7, 0), i + 3))
+            .collect();
+        img.leaves[0].0 = Key::MIN;
+        img.block_count = 10_000;
+        img.free = (0..40u64).map(|i| (600 + i * 10, 605 + i * 10)).collect();
+        let whole = img.encode();
+        assert_eq!(whole.len() as u64, img.prefix().body_len());
+        assert_eq!(RouterImage::decode(&whole), Ok(img.clone()));
+        for chunk in [1, 24, 100, 4096, usize::MAX] {
+            let (mut out, mut pieces) = (Vec::new(), Vec::new());
+            let mut buf = Vec::new();
+            let n = encode_body(
+                &img.prefix(),
+                img.leaves.iter().copied(),
+                img.free.iter().copied(),
+                chunk,
+                &mut buf,
+                &mut |b: &mut Vec<u8>| -> Result<(), ()> {
+                    out.extend_from_slice(b);
+                    pieces.push(b.len());
+                    b.clear();
+                    Ok(())
+                },
+            );
+            assert_eq!(n, Ok(whole.len() as u64), "chunk {chunk}");
+            assert_eq!(out, whole, "chunk {chunk}");
+            let last = pieces.pop();
+            assert!(
+                last.is_some() && pieces.iter().all(|&p| p >= chunk),
+                "chunk {chunk}"
+            );
+        }
+        // A caller whose leaves disagree with its prefix sees the length differ.
+        let mut buf = Vec::new();
+        let short = encode_body(
+            &img.prefix(),
+            img.leaves.iter().copied().skip(1),
+            img.free.iter().copied(),
+            usize::MAX,
+            &mut buf,
+            &mut |_| Ok::<(), ()>(()),
+        );
+        assert_eq!(short, Ok(whole.len() as u64 - IMAGE_LEAF_LEN as u64));
+    }
 
     fn image() -> RouterImage {
         RouterImage {

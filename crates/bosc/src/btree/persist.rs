@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 use mariner_disk::Disk;
 
 use super::image::{
-    ImageError, ImageHeader, RouterImage, IMAGE_BODY_START, IMAGE_HEADER_LEN, IMAGE_SLOTS,
+    encode_body, BodyPrefix, ImageError, ImageHeader, RouterImage, IMAGE_BODY_START,
+    IMAGE_HEADER_LEN, IMAGE_LEAF_LEN, IMAGE_SLOTS,
 };
 use super::leaf::{Key, LeafApp, LeafView};
 use super::router::{Fence, FreeBlocks, Leaf, Router};
@@ -26,6 +27,9 @@ const LEASE_MIN: u64 = 32;
 /// beyond the image, and a growing tree writes an image every that many splits (an image is
 /// 24 bytes a leaf, 0.6 % of 4 KiB leaves, so the writes cost about a tenth of the leaves').
 const LEASE_SHARE: u64 = 16;
+/// An image body is written in pieces of about this many bytes, so writing one takes this
+/// much memory beside the router, not a copy of it.
+const IMAGE_WRITE_CHUNK: usize = 1 << 20;
 /// Open checks, for this many of the newest leaves its lease scan found, that the leaf
 /// before each holds nothing at or above its fence (a split torn by the crash).
 const TORN_CHECKS: usize = 8;
@@ -379,39 +383,64 @@ impl BPlusTree {
             return Ok(());
         };
         let new: HashSet<Key> = created.iter().map(|(f, _)| *f).collect();
-        let leaves: Vec<(Key, u32)> = r
-            .leaves
-            .iter()
-            .map(|(f, l)| (f.key(), l.block))
-            .filter(|(f, _)| !new.contains(f))
-            .collect();
+        // The leaves are encoded straight from the router, not collected first: a large
+        // tree's copy would take as much memory again as the router the budget counts.
+        let kept = || {
+            r.leaves
+                .iter()
+                .map(|(f, l)| (f.key(), l.block))
+                .filter(|(f, _)| !new.contains(f))
+        };
+        let leaves = kept().count();
         let mut created_blocks: Vec<u64> = created.iter().map(|(_, b)| *b).collect();
         created_blocks.sort_unstable();
         let free = with_blocks(&r.free.ascending(), &created_blocks);
         let free_blocks: u64 = free.iter().map(|(s, e)| e - s).sum();
-        let lease = (leaves.len() as u64 / LEASE_SHARE)
+        let lease = (leaves as u64 / LEASE_SHARE)
             .max(LEASE_MIN)
             .saturating_add(created.len() as u64)
             .min(free_blocks);
-        let img = RouterImage {
+        let too_many = |_| Error::Index("the router image has over 4 G entries".into());
+        let prefix = BodyPrefix {
             block_count: self.bosc.block_count(),
             payload_bytes: u32::try_from(self.bosc.payload_bytes())
                 .map_err(|_| Error::Config("payload too large".into()))?,
-            leaves,
-            free,
+            leaves: u32::try_from(leaves).map_err(too_many)?,
+            free_runs: u32::try_from(free.len()).map_err(too_many)?,
             lease_blocks: lease,
         };
-        let body = img.encode();
-        let offset = place(p.newest, body.len() as u64);
-        grow(p.disk.as_ref(), offset + body.len() as u64)?;
-        p.disk.write_at(&body, offset)?;
+        let body_len = prefix.body_len();
+        let offset = place(p.newest, body_len);
+        grow(p.disk.as_ref(), offset + body_len)?;
+        let (mut at, mut body_crc) = (offset, 0u32);
+        let mut buf = Vec::with_capacity(IMAGE_WRITE_CHUNK + IMAGE_LEAF_LEN);
+        let written = encode_body(
+            &prefix,
+            kept(),
+            free.iter().copied(),
+            IMAGE_WRITE_CHUNK,
+            &mut buf,
+            &mut |b: &mut Vec<u8>| -> Result<(), Error> {
+                p.disk.write_at(b, at)?;
+                body_crc = crc32c::crc32c_append(body_crc, b);
+                at += b.len() as u64;
+                b.clear();
+                Ok(())
+            },
+        )?;
+        // Both counts came from the same router, unchanged under its lock.
+        if written != body_len {
+            return Err(Error::Failed(format!(
+                "router image body of {written} bytes, its prefix says {body_len}"
+            )));
+        }
         p.disk.sync()?;
         let h = ImageHeader {
             generation: p.generation + 1,
             disk_id: self.bosc.disk_id(),
             body_offset: offset,
-            body_len: body.len() as u64,
-            body_crc: crc32c::crc32c(&body),
+            body_len,
+            body_crc,
         };
         let slot = IMAGE_SLOTS[usize::from(h.generation % 2 == 1)];
         p.disk.write_at(&h.encode(), slot)?;

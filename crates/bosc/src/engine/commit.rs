@@ -236,8 +236,11 @@ impl<A: BlockApp> Inner<A> {
         if runs.is_empty() {
             return Ok(0);
         }
+        let before = lock(&self.state).memory_bytes;
         let written = self.pipeline(&runs).map_err(|e| self.fail(e))?;
         self.write_checkpoint().map_err(|e| self.fail(e))?;
+        let after = lock(&self.state).memory_bytes;
+        self.return_freed(before.saturating_sub(after));
         Ok(written)
     }
 

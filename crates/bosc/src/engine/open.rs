@@ -144,6 +144,7 @@ impl<A: BlockApp> Bosc<A> {
             budget: AtomicUsize::new(cfg_budget),
             gate: RwLock::new(()),
             run_bufs: Mutex::new(Vec::new()),
+            trim: Mutex::new(super::memory::Trim::default()),
             homes: homes.map(Mutex::new),
             stats: BoscStats::default(),
         });
