@@ -50,15 +50,15 @@ import json, os, sys
 cells = [l.split() for l in open(sys.argv[1]) if l.strip()]
 rows, targets = [], []
 def rate(e, phase):
-    p = (e or {}).get("run", {}).get(phase) or {}
+    p = ((e or {}).get("run") or {}).get(phase) or {}
     return p.get("ops_per_s_committed") or p.get("ops_per_s")
 def cpu(e):
-    r = (e or {}).get("run", {})
+    r = (e or {}).get("run") or {}
     ops = sum((r.get(p) or {}).get("ops", 0) for p in ("insert", "update"))
     s = sum((r.get(p) or {}).get("process_cpu_s", 0) for p in ("insert", "update"))
     return s * 1e6 / ops if ops else None
 def point(e, k):
-    return ((e or {}).get("run", {}).get("point") or {}).get(k)
+    return (((e or {}).get("run") or {}).get("point") or {}).get(k)
 def check(what, got, op, bound):
     ok = got is not None and (got >= bound if op == ">=" else got <= bound)
     targets.append({"target": what, "measured": got, "bound": f"{op} {bound}", "met": ok})
