@@ -346,7 +346,9 @@ impl<A: BlockApp> Bosc<A> {
     /// [`Bosc::payload_bytes`]) straight to consecutive blocks from `first`, sealed with LSN 0,
     /// bypassing log and queues, then syncs. Only on an engine that has never been modified
     /// since it was formatted (refused otherwise), to build an index before use. Not
-    /// crash-atomic: a crash during a load leaves a disk to format again.
+    /// crash-atomic: a crash during a load leaves a disk to format again. On a disk of shadow
+    /// extents the blocks are written to both homes, so the second home is allocated before
+    /// commits first move extents into it.
     pub fn load(&self, first: u64, payloads: &[u8]) -> Result<(), Error> {
         self.inner.load(first, payloads)
     }
