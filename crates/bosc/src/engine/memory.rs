@@ -260,8 +260,8 @@ impl<A: BlockApp> Inner<A> {
     /// of the allocator's heap, and glibc keeps such memory resident (it returns only the
     /// heap's top): under the index benchmark the process held 40–60 MiB more than its 64 MiB
     /// budget, freed but resident, enough to be OOM-killed in a cgroup of twice the budget.
-    /// Trimming returns every whole free page; a trim of a 100 MiB heap takes about a
-    /// millisecond, and the pages come back as the queues grow again.
+    /// Trimming returns every whole free page; a trim of a 100 MiB heap took 2–4 ms there,
+    /// and the pages come back as the queues grow again.
     pub(super) fn return_freed(&self, freed: usize) {
         let floor = (self.budget.load(Ordering::Relaxed) / TRIM_SHARE).max(1 << 20);
         let mut t = lock(&self.trim);
