@@ -57,12 +57,16 @@ fn own_log_engine(cfg: BoscConfig) -> Bosc<Put> {
 }
 
 fn own_log_engine_with<A: BlockApp>(cfg: BoscConfig, app: A) -> Bosc<A> {
+    own_log_engine_on(Arc::new(MemDisk::new(0)), cfg, app)
+}
+
+/// [`own_log_engine_with`] on a data disk the test keeps, to look at its bytes.
+fn own_log_engine_on<A: BlockApp>(data: Arc<dyn Disk>, cfg: BoscConfig, app: A) -> Bosc<A> {
     let log_cfg = LogConfig {
         segment_bytes: 64 * 1024,
         t_wait_ns: 0,
         ..LogConfig::default()
     };
-    let data: Arc<dyn Disk> = Arc::new(MemDisk::new(0));
     let log: Arc<dyn Disk> = Arc::new(MemDisk::new(8 << 20));
     Bosc::<A>::format(data.as_ref(), &cfg).unwrap();
     Log::format(&[Arc::clone(&log)], &log_cfg, 1).unwrap();
@@ -431,24 +435,8 @@ fn a_bulk_load_fills_both_homes() {
         dw_runs: 0,
         ..small_cfg()
     };
-    let log_cfg = LogConfig {
-        segment_bytes: 64 * 1024,
-        t_wait_ns: 0,
-        ..LogConfig::default()
-    };
     let data: Arc<dyn Disk> = Arc::new(MemDisk::new(0));
-    let log: Arc<dyn Disk> = Arc::new(MemDisk::new(8 << 20));
-    Bosc::<Put>::format(data.as_ref(), &cfg).unwrap();
-    Log::format(&[Arc::clone(&log)], &log_cfg, 1).unwrap();
-    let durability = Durability::OwnLog {
-        devices: vec![log],
-        log: log_cfg,
-        log_id: 1,
-        volume: 1,
-    };
-    let b = Bosc::open(Arc::clone(&data), cfg, durability, Arc::new(Put))
-        .unwrap()
-        .0;
+    let b = own_log_engine_on(Arc::clone(&data), cfg, Put);
     let pb = b.payload_bytes();
     let payloads: Vec<u8> = (0..10 * pb).map(|i| (i % 251) as u8).collect();
     b.load(3, &payloads).unwrap();
