@@ -7,6 +7,7 @@
 //! - `memory`: the queues' state and its exact accounting against the budget, forced commits;
 //! - `query`: reads merged with the queues, the sequential scan, reads ahead;
 //! - `commit`: the commit cycle, its pipeline, the double write and the checkpoint;
+//! - `homes`: shadow extents; `ahead`: filling the data disk's holes ahead of the commits;
 //! - `pending`: the per-group queue arenas.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -25,6 +26,7 @@ use crate::format::homes::HomeMap;
 use crate::format::{DiskId, Geometry, Op, BLOCK_HEADER_LEN};
 use crate::Error;
 
+mod ahead;
 mod commit;
 mod homes;
 mod memory;
@@ -150,6 +152,12 @@ pub struct BoscConfig {
     /// B+tree's leaf readers), which the owner moves between the idle and the normal class
     /// (`mariner_cpuclass`). `None`: the normal class.
     pub cpu_class: Option<Arc<CpuClass>>,
+    /// Before a commit writes past what the data disk's file has allocated, the holes of the
+    /// next this many bytes (per home) are written with zeros (`ahead`): the file system then
+    /// allocates in pieces of this size instead of under every batch's sync, where its journal
+    /// commit delays the own log's writes on the same device. 0: never (a data disk that is
+    /// not sparse, or a device, has no holes and costs one query per fill either way).
+    pub fill_ahead_bytes: u64,
 }
 
 impl Default for BoscConfig {
@@ -167,6 +175,7 @@ impl Default for BoscConfig {
             sweep_above: 0.5,
             image_share: 1.0,
             cpu_class: None,
+            fill_ahead_bytes: 8 << 20,
         }
     }
 }
@@ -194,6 +203,8 @@ pub struct BoscStats {
     /// Times the memory commits freed was given back to the system, and the time it took.
     pub heap_trims: AtomicU64,
     pub heap_trim_ns: AtomicU64,
+    /// Zeros written into holes of the data disk ahead of the commits (`fill_ahead_bytes`).
+    pub filled_ahead_bytes: AtomicU64,
 }
 
 /// What opening found.
@@ -245,6 +256,9 @@ struct Inner<A> {
     trim: Mutex<memory::Trim>,
     /// Which home each extent is in, on a disk of shadow extents ([`homes`]).
     homes: Option<Mutex<HomeMap>>,
+    /// Per home, the block below which every write of this engine lies and above which no
+    /// fill has written ([`ahead`]).
+    filled: Mutex<[u64; 2]>,
     stats: BoscStats,
 }
 

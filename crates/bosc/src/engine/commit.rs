@@ -388,6 +388,9 @@ impl<A: BlockApp> Inner<A> {
         if let Some(homes) = &self.homes {
             return self.move_extents(batch, homes);
         }
+        if let Some(end) = batch.runs.iter().map(|(r, _)| r.start + r.len).max() {
+            self.fill_ahead(0, end)?;
+        }
         if self.geo.dw_runs > 0 {
             let mut slot = 0;
             for (run, buf) in &batch.runs {

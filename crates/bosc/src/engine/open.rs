@@ -146,6 +146,7 @@ impl<A: BlockApp> Bosc<A> {
             run_bufs: Mutex::new(Vec::new()),
             trim: Mutex::new(super::memory::Trim::default()),
             homes: homes.map(Mutex::new),
+            filled: Mutex::new([0; 2]),
             stats: BoscStats::default(),
         });
         if let (Some(plan), Some((log, volume))) = (&replay, &inner.log) {

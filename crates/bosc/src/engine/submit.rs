@@ -341,7 +341,9 @@ impl<A: BlockApp> Inner<A> {
             // and the file system's journal commit delays the own log's writes behind it
             // (1.6-1.8x fewer operations at a sync every 10 operations, docs/benchmarks.md).
             self.disk.write_at(&buf, self.geo.home_offset(1, first))?;
+            self.written_below(1, first + count);
         }
+        self.written_below(0, first + count);
         self.disk.sync()?;
         Ok(())
     }

@@ -62,21 +62,36 @@ fn own_log_engine_with<A: BlockApp>(cfg: BoscConfig, app: A) -> Bosc<A> {
 
 /// [`own_log_engine_with`] on a data disk the test keeps, to look at its bytes.
 fn own_log_engine_on<A: BlockApp>(data: Arc<dyn Disk>, cfg: BoscConfig, app: A) -> Bosc<A> {
-    let log_cfg = LogConfig {
+    let log = formatted_log();
+    Bosc::<A>::format(data.as_ref(), &cfg).unwrap();
+    Bosc::open(data, cfg, own_log(&log), Arc::new(app))
+        .unwrap()
+        .0
+}
+
+fn test_log_cfg() -> LogConfig {
+    LogConfig {
         segment_bytes: 64 * 1024,
         t_wait_ns: 0,
         ..LogConfig::default()
-    };
+    }
+}
+
+/// A formatted own log on a memory disk.
+fn formatted_log() -> Arc<dyn Disk> {
     let log: Arc<dyn Disk> = Arc::new(MemDisk::new(8 << 20));
-    Bosc::<A>::format(data.as_ref(), &cfg).unwrap();
-    Log::format(&[Arc::clone(&log)], &log_cfg, 1).unwrap();
-    let durability = Durability::OwnLog {
-        devices: vec![log],
-        log: log_cfg,
+    Log::format(&[Arc::clone(&log)], &test_log_cfg(), 1).unwrap();
+    log
+}
+
+/// Own-log durability on `log` (from [`formatted_log`]), for an open and every reopen.
+fn own_log(log: &Arc<dyn Disk>) -> Durability {
+    Durability::OwnLog {
+        devices: vec![Arc::clone(log)],
+        log: test_log_cfg(),
         log_id: 1,
         volume: 1,
-    };
-    Bosc::open(data, cfg, durability, Arc::new(app)).unwrap().0
+    }
 }
 
 /// 64 blocks of 512 bytes, commits only when a test calls for them.
@@ -455,4 +470,107 @@ fn a_bulk_load_fills_both_homes() {
     want[..2].copy_from_slice(&[7, 7]);
     assert_eq!(b.read(4).unwrap(), want);
     assert_eq!(b.read(5).unwrap(), payloads[2 * pb..3 * pb]);
+}
+
+/// Whether any byte of `[offset, offset + len)` of the disk is allocated.
+fn any_allocated(disk: &dyn Disk, offset: u64, len: u64) -> bool {
+    disk.allocation(offset, len)
+        .unwrap()
+        .iter()
+        .any(|e| e.allocated)
+}
+
+/// On a sparse file, a commit into a home fills the holes of the next `fill_ahead_bytes` of
+/// that home with zeros and nothing beyond; a later engine on the same file, whose frontier
+/// starts at 0, fills over a range holding an extent the first one moved there and writes
+/// only the range's holes; with `fill_ahead_bytes` 0 nothing is filled.
+#[test]
+fn a_commit_fills_the_holes_ahead_of_it_and_only_holes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("data");
+    let cfg = BoscConfig {
+        block_bytes: 4096,
+        block_count: 1024,
+        max_run: 8,
+        shadow: true,
+        dw_runs: 0,
+        fill_ahead_bytes: 64 * 4096,
+        background: None,
+        ..BoscConfig::default()
+    };
+    let opts = mariner_disk::OpenOptions::new().create(true);
+    let data: Arc<dyn Disk> = Arc::new(mariner_disk::FileDisk::open(&path, &opts).unwrap());
+    let log = formatted_log();
+    Bosc::<Put>::format(data.as_ref(), &cfg).unwrap();
+    let open = |cfg: &BoscConfig| {
+        Bosc::open(Arc::clone(&data), cfg.clone(), own_log(&log), Arc::new(Put))
+            .unwrap()
+            .0
+    };
+    let b = open(&cfg);
+    let geo = b.inner.geo;
+    let span = |home: u8, from: u64, to: u64| {
+        let at = geo.home_offset(home, from);
+        (at, geo.home_offset(home, to) - at)
+    };
+    let (at, len) = span(1, 0, 1024);
+    if !data
+        .allocation(at, len)
+        .unwrap()
+        .iter()
+        .any(|e| !e.allocated)
+    {
+        panic!("the test needs a file system with holes (SEEK_HOLE) under the temp dir");
+    }
+    b.modify(100, &[1, 2, 3]).unwrap();
+    b.commit_all().unwrap();
+    // Extent 12 (blocks 96..104) moved to home 1; the fill covers 104..168 there.
+    let (at, len) = span(1, 96, 168);
+    assert!(data
+        .allocation(at, len)
+        .unwrap()
+        .iter()
+        .all(|e| e.allocated));
+    let (at, len) = span(1, 168, 1024);
+    assert!(
+        !any_allocated(data.as_ref(), at, len),
+        "filled past its room"
+    );
+    let (at, len) = span(1, 0, 96);
+    assert!(
+        !any_allocated(data.as_ref(), at, len),
+        "filled behind the write"
+    );
+    assert_eq!(
+        b.stats().filled_ahead_bytes.load(Ordering::Relaxed),
+        64 * 4096
+    );
+    drop(b);
+
+    let b = open(&cfg);
+    b.modify(70, &[9]).unwrap();
+    b.commit_all().unwrap();
+    // Extent 8 (64..72) moved to home 1; the fill's room 72..136 holds extent 12.
+    assert_eq!(b.read(100).unwrap()[..3], [1, 2, 3]);
+    assert_eq!(b.read(70).unwrap()[..1], [9]);
+    assert_eq!(
+        b.stats().filled_ahead_bytes.load(Ordering::Relaxed),
+        24 * 4096,
+        "of 72..136, only 72..96 was a hole"
+    );
+    drop(b);
+
+    let b = open(&BoscConfig {
+        fill_ahead_bytes: 0,
+        ..cfg.clone()
+    });
+    b.modify(900, &[5]).unwrap();
+    b.commit_all().unwrap();
+    assert_eq!(b.read(900).unwrap()[..1], [5]);
+    let (at, len) = span(1, 904, 1024);
+    assert!(
+        !any_allocated(data.as_ref(), at, len),
+        "filled with the fill off"
+    );
+    assert_eq!(b.stats().filled_ahead_bytes.load(Ordering::Relaxed), 0);
 }

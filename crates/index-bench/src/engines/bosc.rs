@@ -158,6 +158,7 @@ pub(super) fn engine_notes<A: BlockApp>(b: &Bosc<A>) -> Map<String, Value> {
     m.insert("log_wait_s".into(), json!(n(&s.log_wait_ns) as f64 / 1e9));
     m.insert("heap_trims".into(), json!(n(&s.heap_trims)));
     m.insert("heap_trim_s".into(), json!(n(&s.heap_trim_ns) as f64 / 1e9));
+    m.insert("filled_ahead_bytes".into(), json!(n(&s.filled_ahead_bytes)));
     if let Some(l) = b.log_stats() {
         m.insert("log_records".into(), json!(n(&l.records)));
         m.insert("log_batches".into(), json!(n(&l.batches)));
