@@ -143,6 +143,16 @@ pub struct BoscConfig {
     /// against 22 k with the default (docs/benchmarks.md, "Issue 18's grid"). Waiting until the
     /// queues are this full gathers many modifications per block written.
     pub sweep_above: f64,
+    /// Between `sweep_above` and this share of the budget (or of the own log's room) the
+    /// background sweep rests after each batch it writes, so it keeps the device busy a tenth
+    /// of the time just above `sweep_above`, rising to all of it here and beyond (default 0.9).
+    /// A sweep that reads and writes flat out takes the device from the own log's small
+    /// durable writes for as long as it runs: at a sync every 10 operations the log's writes
+    /// fell from 8 k/s to under 1 k/s while a cycle ran (docs/benchmarks.md, "Issue 18: the
+    /// sweep's share of the device"). Rested, it writes what the writers bring in as they
+    /// bring it, and a leaf waits for more modifications. Forced commits and explicit cycles
+    /// never rest. At or below `sweep_above`: never rests.
+    pub sweep_full_above: f64,
     /// Share of the budget that block images a query read may take to be kept (1.0: any
     /// room). A kept image takes later modifications at once, but once modified it stays
     /// until committed: under a small budget, images of leaves each holding a few
@@ -173,6 +183,7 @@ impl Default for BoscConfig {
             shadow: false,
             background: Some(Duration::from_millis(10)),
             sweep_above: 0.5,
+            sweep_full_above: 0.9,
             image_share: 1.0,
             cpu_class: None,
             fill_ahead_bytes: 8 << 20,
@@ -203,6 +214,8 @@ pub struct BoscStats {
     /// Times the memory commits freed was given back to the system, and the time it took.
     pub heap_trims: AtomicU64,
     pub heap_trim_ns: AtomicU64,
+    /// Time the background sweep rested between batches (`sweep_full_above`).
+    pub sweep_rest_ns: AtomicU64,
     /// Zeros written into holes of the data disk ahead of the commits (`fill_ahead_bytes`).
     pub filled_ahead_bytes: AtomicU64,
 }

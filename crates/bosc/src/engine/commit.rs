@@ -8,7 +8,7 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::PoisonError;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::memory::State;
 use super::pending::{group_of, GROUP_BLOCKS};
@@ -18,6 +18,12 @@ use crate::format::{seal_block, Checkpoint, BLOCK_HEADER_LEN};
 use crate::runs::{plan_runs, Run};
 use crate::Error;
 use mariner_cpuclass::CpuClass;
+
+/// The background sweep's least share of the device's time ([`Inner::sweep_duty`]).
+pub(super) const MIN_DUTY: f64 = 0.1;
+/// The longest rest after one batch: the queues may fill meanwhile, and the next batch looks
+/// again.
+const MAX_REST: Duration = Duration::from_millis(50);
 
 /// Merged runs waiting for one double write; at most the double-write area's slots.
 #[derive(Default)]
@@ -109,8 +115,41 @@ impl<A: BlockApp> Inner<A> {
                 continue;
             }
             // An error is recorded in `failed` and reported to every later caller.
-            let _ = self.commit_cycle();
+            let _ = self.commit_planned(&Self::plan, true);
         }
+    }
+
+    /// The share of the time the background sweep may keep the device busy now
+    /// ([`crate::BoscConfig::sweep_full_above`]): a tenth at `sweep_above`, rising linearly
+    /// with the fuller of the queues and the own log to all of it at `sweep_full_above`.
+    pub(super) fn sweep_duty(&self) -> f64 {
+        let (from, full) = (self.cfg.sweep_above, self.cfg.sweep_full_above);
+        if full <= from {
+            return 1.0;
+        }
+        let budget = self.budget.load(Ordering::Relaxed).max(1) as f64;
+        let queues = lock(&self.state).pending_bytes() as f64 / budget;
+        let log = self.log.as_ref().map_or(0.0, |(log, _)| {
+            let s = log.stats();
+            let total = s.segments_total.load(Ordering::Relaxed).max(1) as f64;
+            s.segments_used.load(Ordering::Relaxed) as f64 / total
+        });
+        let ramp = ((queues.max(log) - from) / (full - from)).clamp(0.0, 1.0);
+        MIN_DUTY + (1.0 - MIN_DUTY) * ramp
+    }
+
+    /// After a batch of the background sweep that kept the device busy for `busy`: rests so
+    /// the sweep's share of the time is [`Self::sweep_duty`]'s, at most [`MAX_REST`].
+    fn rest_after(&self, busy: Duration) {
+        let duty = self.sweep_duty();
+        if duty >= 1.0 {
+            return;
+        }
+        let rest = busy.mul_f64(1.0 / duty - 1.0).min(MAX_REST);
+        std::thread::sleep(rest);
+        self.stats
+            .sweep_rest_ns
+            .fetch_add(rest.as_nanos() as u64, Ordering::Relaxed);
     }
 
     /// Whether the background cycle sweeps now ([`crate::BoscConfig::sweep_above`]).
@@ -209,11 +248,14 @@ impl<A: BlockApp> Inner<A> {
     /// A forced commit's first choice (see [`Self::plan_images`]); 0 when it found no run.
     pub(super) fn commit_images(&self) -> Result<u64, Error> {
         let runs = std::cell::Cell::new(0u64);
-        let written = self.commit_planned(&|inner: &Self| {
-            let planned = inner.plan_images();
-            runs.set(planned.len() as u64);
-            planned
-        })?;
+        let written = self.commit_planned(
+            &|inner: &Self| {
+                let planned = inner.plan_images();
+                runs.set(planned.len() as u64);
+                planned
+            },
+            false,
+        )?;
         self.stats
             .image_runs_committed
             .fetch_add(runs.get(), Ordering::Relaxed);
@@ -221,10 +263,16 @@ impl<A: BlockApp> Inner<A> {
     }
 
     pub(super) fn commit_cycle(&self) -> Result<u64, Error> {
-        self.commit_planned(&Self::plan)
+        self.commit_planned(&Self::plan, false)
     }
 
-    pub(super) fn commit_planned(&self, plan: &dyn Fn(&Self) -> Vec<Run>) -> Result<u64, Error> {
+    /// One cycle of the runs `plan` picks; `rest`: the background sweep's, which rests
+    /// between batches ([`Self::rest_after`]).
+    pub(super) fn commit_planned(
+        &self,
+        plan: &dyn Fn(&Self) -> Vec<Run>,
+        rest: bool,
+    ) -> Result<u64, Error> {
         let _one = lock(&self.commit_lock);
         if let Some(why) = &lock(&self.state).failed {
             return Err(Error::Failed(why.clone()));
@@ -237,7 +285,7 @@ impl<A: BlockApp> Inner<A> {
             return Ok(0);
         }
         let before = lock(&self.state).memory_bytes;
-        let written = self.pipeline(&runs).map_err(|e| self.fail(e))?;
+        let written = self.pipeline(&runs, rest).map_err(|e| self.fail(e))?;
         self.write_checkpoint().map_err(|e| self.fail(e))?;
         let after = lock(&self.state).memory_bytes;
         self.return_freed(before.saturating_sub(after));
@@ -251,7 +299,7 @@ impl<A: BlockApp> Inner<A> {
     /// batch merged early holds no block the one being written holds. Only this thread
     /// allocates: the other two are new every cycle, and memory they allocated and freed
     /// would stay behind in their allocator arenas.
-    pub(super) fn pipeline(&self, runs: &[Run]) -> Result<u64, Error> {
+    pub(super) fn pipeline(&self, runs: &[Run], rest: bool) -> Result<u64, Error> {
         let bs = self.geo.block_bytes as usize;
         std::thread::scope(|s| {
             let (tx, rx) = std::sync::mpsc::sync_channel::<Result<(Run, Vec<u8>), Error>>(1);
@@ -278,7 +326,11 @@ impl<A: BlockApp> Inner<A> {
             s.spawn(move || {
                 let _class = self.cfg.cpu_class.as_ref().map(CpuClass::join);
                 for batch in wrx {
+                    let started = Instant::now();
                     let r = self.write_batch(&batch);
+                    if rest && r.is_ok() {
+                        self.rest_after(started.elapsed());
+                    }
                     if dtx.send((batch, r)).is_err() {
                         return;
                     }

@@ -574,3 +574,48 @@ fn a_commit_fills_the_holes_ahead_of_it_and_only_holes() {
     );
     assert_eq!(b.stats().filled_ahead_bytes.load(Ordering::Relaxed), 0);
 }
+
+/// The background sweep rests after each batch by how full the queues are: a tenth of the
+/// time with nothing queued, more as they fill, never resting at `sweep_full_above` or with
+/// the ramp off; forced and explicit cycles never rest.
+#[test]
+fn the_background_sweep_rests_by_how_full_the_queues_are() {
+    let cfg = BoscConfig {
+        memory_budget_bytes: 64 << 10,
+        ..small_cfg()
+    };
+    let budget = cfg.memory_budget_bytes as f64;
+    let b = own_log_engine(cfg.clone());
+    let rested = |b: &Bosc<Put>| b.stats().sweep_rest_ns.load(Ordering::Relaxed);
+    assert_eq!(b.inner.sweep_duty(), super::commit::MIN_DUTY);
+    let fill_to = |b: &Bosc<Put>, share: f64| {
+        let mut i = 0u64;
+        while (lock(&b.inner.state).pending_bytes() as f64) < share * budget {
+            b.modify(i % 64, &(i as u32).to_le_bytes()).unwrap();
+            i += 1;
+        }
+    };
+    fill_to(&b, 0.6);
+    let duty = b.inner.sweep_duty();
+    assert!(
+        duty > super::commit::MIN_DUTY && duty < 1.0,
+        "duty {duty} at 0.6 of the budget"
+    );
+    b.inner.commit_planned(&Inner::plan, false).unwrap();
+    assert_eq!(rested(&b), 0, "an explicit cycle rested");
+    fill_to(&b, 0.6);
+    assert!(b.inner.commit_planned(&Inner::plan, true).unwrap() > 0);
+    assert!(rested(&b) > 0, "the sweep did not rest");
+    fill_to(&b, 0.95);
+    assert_eq!(b.inner.sweep_duty(), 1.0);
+    drop(b);
+
+    let b = own_log_engine(BoscConfig {
+        sweep_full_above: 0.0,
+        ..cfg
+    });
+    fill_to(&b, 0.6);
+    assert_eq!(b.inner.sweep_duty(), 1.0);
+    b.inner.commit_planned(&Inner::plan, true).unwrap();
+    assert_eq!(rested(&b), 0, "rested with the ramp off");
+}

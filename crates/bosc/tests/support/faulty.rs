@@ -42,6 +42,7 @@ pub fn engine_cfg(blocks: u64, budget: usize) -> BoscConfig {
         shadow: false,
         background: None,
         sweep_above: 0.0,
+        sweep_full_above: 0.0,
         image_share: 1.0,
         cpu_class: None,
         // The faulty disks report no holes, so fills never write (the fill is tested on a
