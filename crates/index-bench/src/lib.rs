@@ -149,6 +149,13 @@ pub struct Config {
     /// End each timed write phase with a timed commit of what the engine left queued (BOSC's
     /// queues), reported beside the phase's rate; the reopen then finds nothing to requeue.
     pub commit_queued: bool,
+    /// Print to stderr, every second of a timed write phase, the operations done and each
+    /// engine counter that moved in that second (where a phase's time goes, second by second).
+    pub trace: bool,
+    /// BOSC engines: `BoscConfig::sweep_full_above`, when not BOSC's default.
+    pub sweep_full_above: Option<f64>,
+    /// BOSC engines: `BoscConfig::sweep_above`, when not BOSC's default.
+    pub sweep_above: Option<f64>,
 }
 
 impl Config {
@@ -168,6 +175,9 @@ impl Config {
             block_bytes: 4096,
             max_run: 32,
             shadow: true,
+            trace: false,
+            sweep_full_above: None,
+            sweep_above: None,
             log_parts: 1,
             verify: false,
             reopen_in_run: false,
@@ -341,11 +351,17 @@ fn timed_writes(
     let cpu = report::cpu_now();
     let mut done = 0;
     let mut batch = Vec::with_capacity(cfg.sync_every as usize);
+    let mut trace = cfg
+        .trace
+        .then(|| report::Trace::new(if inserts { "insert" } else { "update" }, engine));
     while done < cfg.ops && started.elapsed() < cfg.window {
         let n = cfg.sync_every.min(cfg.ops - done);
         batch.clear();
         batch.extend((done..done + n).map(&mut next));
         engine.write_batch(&batch)?;
+        if let Some(t) = trace.as_mut() {
+            t.tick(engine, done + n);
+        }
         if let Some(m) = checks.model.as_mut() {
             m.extend(batch.iter().copied());
         }

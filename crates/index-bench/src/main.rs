@@ -61,9 +61,21 @@ struct Args {
     /// as `commit_s` beside the phase's rate.
     #[arg(long)]
     commit_queued: bool,
+    /// BOSC engines: `BoscConfig::sweep_full_above` (the share of the budget from which the
+    /// background sweep no longer rests between batches); default BOSC's.
+    #[arg(long)]
+    sweep_full_above: Option<f64>,
+    /// BOSC engines: `BoscConfig::sweep_above` (the share of the budget the queues hold
+    /// before the background sweep starts); default BOSC's.
+    #[arg(long)]
+    sweep_above: Option<f64>,
     /// Check every answer against an in-memory model (small runs only).
     #[arg(long)]
     verify: bool,
+    /// Print to stderr, every second of a timed write phase, the operations done and each
+    /// engine counter that moved in that second.
+    #[arg(long)]
+    trace: bool,
     /// Instead of a run: open the files an earlier run with the same parameters left (BOSC:
     /// recovering its queues from its log) and look up a sample of its inserts.
     #[arg(long)]
@@ -105,6 +117,9 @@ fn main() -> ExitCode {
         log_parts: args.log_parts,
         verify: args.verify,
         commit_queued: args.commit_queued,
+        trace: args.trace,
+        sweep_full_above: args.sweep_full_above,
+        sweep_above: args.sweep_above,
         ..Config::new(engine, args.dir)
     };
     let line = if args.reopen_only {

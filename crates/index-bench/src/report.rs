@@ -234,3 +234,58 @@ fn status_bytes(field: &str) -> u64 {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
         .map_or(0, |kb| kb * 1024)
 }
+
+/// `--trace`: once a second of a timed phase, the operations done and every numeric engine
+/// counter that moved since the line before, as one stderr line.
+pub struct Trace {
+    phase: &'static str,
+    started: std::time::Instant,
+    last: std::time::Instant,
+    ops: u64,
+    notes: Map<String, Value>,
+}
+
+impl Trace {
+    /// Starts a trace of `phase` from the engine's counters now.
+    pub fn new(phase: &'static str, engine: &dyn crate::engines::Engine) -> Self {
+        let now = std::time::Instant::now();
+        Self {
+            phase,
+            started: now,
+            last: now,
+            ops: 0,
+            notes: engine.notes(),
+        }
+    }
+
+    /// After each batch: prints a line when a second has passed.
+    pub fn tick(&mut self, engine: &dyn crate::engines::Engine, ops: u64) {
+        let now = std::time::Instant::now();
+        let secs = now.duration_since(self.last).as_secs_f64();
+        if secs < 1.0 {
+            return;
+        }
+        let notes = engine.notes();
+        let mut line = format!(
+            "trace {} t={:.0} ops/s={:.0}",
+            self.phase,
+            now.duration_since(self.started).as_secs_f64(),
+            (ops - self.ops) as f64 / secs
+        );
+        for (k, v) in &notes {
+            let (Some(new), Some(old)) = (v.as_f64(), self.notes.get(k).and_then(Value::as_f64))
+            else {
+                continue;
+            };
+            if new != old {
+                line.push_str(&format!(" {k}={}", round3(new - old)));
+            }
+        }
+        eprintln!("{line}");
+        (self.last, self.ops, self.notes) = (now, ops, notes);
+    }
+}
+
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}

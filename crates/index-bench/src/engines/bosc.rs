@@ -84,6 +84,10 @@ impl BoscFiles {
                     BoscConfig::default().dw_runs
                 },
                 shadow: cfg.shadow,
+                sweep_above: cfg.sweep_above.unwrap_or(BoscConfig::default().sweep_above),
+                sweep_full_above: cfg
+                    .sweep_full_above
+                    .unwrap_or(BoscConfig::default().sweep_full_above),
                 ..BoscConfig::default()
             },
             // Batches aligned for O_DIRECT; O_DSYNC makes each write durable (see `open`).
@@ -159,6 +163,10 @@ pub(super) fn engine_notes<A: BlockApp>(b: &Bosc<A>) -> Map<String, Value> {
     m.insert("heap_trims".into(), json!(n(&s.heap_trims)));
     m.insert("heap_trim_s".into(), json!(n(&s.heap_trim_ns) as f64 / 1e9));
     m.insert("filled_ahead_bytes".into(), json!(n(&s.filled_ahead_bytes)));
+    m.insert(
+        "sweep_rest_s".into(),
+        json!(n(&s.sweep_rest_ns) as f64 / 1e9),
+    );
     if let Some(l) = b.log_stats() {
         m.insert("log_records".into(), json!(n(&l.records)));
         m.insert("log_batches".into(), json!(n(&l.batches)));
@@ -166,6 +174,16 @@ pub(super) fn engine_notes<A: BlockApp>(b: &Bosc<A>) -> Map<String, Value> {
             "log_device_write_us_p50".into(),
             json!(l.device_write_us.quantile(0.5)),
         );
+        // Power-of-two buckets: the means say more than the quantiles' bounds.
+        for (name, h) in [
+            ("log_device_write_us", &l.device_write_us),
+            ("log_ack_us", &l.ack_latency_us),
+        ] {
+            let (_, sum, count) = h.snapshot();
+            m.insert(format!("{name}_sum"), json!(sum));
+            m.insert(format!("{name}_count"), json!(count));
+            m.insert(format!("{name}_p99"), json!(h.quantile(0.99)));
+        }
     }
     m.insert("pending_at_end".into(), json!(b.pending_modifications()));
     m.insert("queue_bytes_at_end".into(), json!(b.memory_bytes()));
