@@ -146,12 +146,12 @@ pub struct BoscConfig {
     /// Between `sweep_above` and this share of the budget (or of the own log's room) the
     /// background sweep rests after each batch it writes, so it keeps the device busy a tenth
     /// of the time just above `sweep_above`, rising to all of it here and beyond (default 0.9).
-    /// A sweep that reads and writes flat out takes the device from the own log's small
-    /// durable writes for as long as it runs: at a sync every 10 operations the log's writes
-    /// fell from 8 k/s to under 1 k/s while a cycle ran (docs/benchmarks.md, "Issue 18: the
-    /// sweep's share of the device"). Rested, it writes what the writers bring in as they
-    /// bring it, and a leaf waits for more modifications. Forced commits and explicit cycles
-    /// never rest. At or below `sweep_above`: never rests.
+    /// Every MB/s a sweep reads and writes slows the own log's small durable writes on the
+    /// same device: flat out (~160 MB/s each way) it made them 4x slower (200 -> 800 us) and a
+    /// writer syncing every 10 operations 3.5x slower for as long as it ran
+    /// (docs/benchmarks.md, "Issue 18: a sync every 10 operations"). Rested, the same bytes
+    /// are spread out, and writers beside it never see the device taken for long. Forced
+    /// commits and explicit cycles never rest. At or below `sweep_above`: never rests.
     pub sweep_full_above: f64,
     /// Share of the budget that block images a query read may take to be kept (1.0: any
     /// room). A kept image takes later modifications at once, but once modified it stays

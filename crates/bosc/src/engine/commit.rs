@@ -328,11 +328,14 @@ impl<A: BlockApp> Inner<A> {
                 for batch in wrx {
                     let started = Instant::now();
                     let r = self.write_batch(&batch);
-                    if rest && r.is_ok() {
-                        self.rest_after(started.elapsed());
-                    }
+                    let (busy, written) = (started.elapsed(), r.is_ok());
                     if dtx.send((batch, r)).is_err() {
                         return;
+                    }
+                    // After handing the batch back: it retires (and frees its share of the
+                    // queues) while this thread rests.
+                    if rest && written {
+                        self.rest_after(busy);
                     }
                 }
             });
