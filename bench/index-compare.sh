@@ -73,7 +73,8 @@ case ${1:-} in -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;; esa
   exit 2
 }
 mkdir -p "$SCRATCH"
-fstype=$(stat -f -c %T "$SCRATCH")
+# The mount's own type: `stat -f` names ext4 "ext2/ext3" (one magic number for the three).
+fstype=$(findmnt -no FSTYPE -T "$SCRATCH" 2>/dev/null || stat -f -c %T "$SCRATCH")
 case $fstype in
   tmpfs|ramfs) echo "SCRATCH=$SCRATCH is on $fstype; use a directory on the real disk" >&2; exit 2 ;;
 esac
