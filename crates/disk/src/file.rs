@@ -7,7 +7,7 @@ use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
 use std::path::Path;
 
 use crate::range::{end, eof, invalid};
-use crate::{extent, AlignedBuf, Disk, Extent};
+use crate::{extent, Disk, Extent};
 
 /// The alignment promised for `O_DIRECT`: no device in use has a logical block larger than a page,
 /// so 4096 is always accepted, if sometimes stricter than needed.
@@ -185,20 +185,6 @@ impl FileDisk {
         }
     }
 
-    /// Writes zeros over a range, through an aligned buffer so it also works with `O_DIRECT`.
-    fn write_zeros(&self, offset: u64, len: u64) -> io::Result<()> {
-        const CHUNK: u64 = 1 << 20;
-        let align = self.alignment();
-        let zeros = AlignedBuf::new(crate::range::to_usize(CHUNK.min(len))?, align)?;
-        let mut done = 0;
-        while done < len {
-            let n = CHUNK.min(len - done);
-            self.write_at(&zeros[..crate::range::to_usize(n)?], offset + done)?;
-            done += n;
-        }
-        Ok(())
-    }
-
     /// `lseek(pos, whence)`; `None` on ENXIO (no data, or no hole, at or after `pos`).
     fn seek_data_or_hole(&self, pos: u64, whence: i32) -> io::Result<Option<u64>> {
         let pos = off_t(pos)?;
@@ -349,7 +335,7 @@ impl Disk for FileDisk {
         }
         // Like KEEP_SIZE: writing zeros must not grow the file.
         let end = end.min(self.len()?);
-        self.write_zeros(offset, end.saturating_sub(offset))
+        crate::write_zeros(self, offset, end.saturating_sub(offset))
     }
 
     fn allocation(&self, offset: u64, len: u64) -> io::Result<Vec<Extent>> {

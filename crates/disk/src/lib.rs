@@ -100,15 +100,16 @@ pub trait Disk: Send + Sync + std::fmt::Debug {
     }
 }
 
-/// Writes zeros over a range in bounded chunks.
+/// Writes zeros over a range in bounded chunks, from a buffer aligned to the disk's
+/// [`Disk::alignment`] (so an `O_DIRECT` disk takes it when `offset` and `len` are aligned).
 pub fn write_zeros<D: Disk + ?Sized>(disk: &D, offset: u64, len: u64) -> io::Result<()> {
-    const CHUNK: usize = 1 << 20;
-    let zeros = vec![0u8; usize::try_from(len).map_or(CHUNK, |len| len.min(CHUNK))];
+    const CHUNK: u64 = 1 << 20;
+    let zeros = AlignedBuf::new(range::to_usize(CHUNK.min(len))?, disk.alignment())?;
     let mut done = 0u64;
     while done < len {
-        let n = usize::try_from(len - done).map_or(zeros.len(), |left| left.min(zeros.len()));
-        disk.write_at(&zeros[..n], offset + done)?;
-        done += n as u64;
+        let n = CHUNK.min(len - done);
+        disk.write_at(&zeros[..range::to_usize(n)?], offset + done)?;
+        done += n;
     }
     Ok(())
 }

@@ -18,13 +18,8 @@
 //! might miss) is in a range a fill covers. Queries may read a range while it is filled: a
 //! hole and a written zero read alike.
 
-use mariner_disk::AlignedBuf;
-
 use super::{lock, BlockApp, Inner};
 use crate::Error;
-
-/// Zeros written per `write_at` of a fill.
-const FILL_CHUNK: usize = 1 << 20;
 
 impl<A: BlockApp> Inner<A> {
     /// Called before blocks up to (not including) `end` are written in `home` (0 without
@@ -48,22 +43,11 @@ impl<A: BlockApp> Inner<A> {
                 self.geo.home_offset(home, from),
                 self.geo.home_offset(home, to),
             );
-            let mut zeros: Option<AlignedBuf> = None;
             for hole in self.disk.allocation(start, stop - start)? {
                 if hole.allocated {
                     continue;
                 }
-                let buf = match &mut zeros {
-                    Some(b) => b,
-                    None => zeros.insert(AlignedBuf::new(FILL_CHUNK, self.disk.alignment())?),
-                };
-                let mut at = hole.offset;
-                while at < hole.offset + hole.len {
-                    let n = usize::try_from(hole.offset + hole.len - at)
-                        .map_or(FILL_CHUNK, |left| left.min(FILL_CHUNK));
-                    self.disk.write_at(&buf[..n], at)?;
-                    at += n as u64;
-                }
+                mariner_disk::write_zeros(self.disk.as_ref(), hole.offset, hole.len)?;
                 self.stats
                     .filled_ahead_bytes
                     .fetch_add(hole.len, std::sync::atomic::Ordering::Relaxed);

@@ -129,12 +129,7 @@ impl<A: BlockApp> Inner<A> {
         }
         let budget = self.budget.load(Ordering::Relaxed).max(1) as f64;
         let queues = lock(&self.state).pending_bytes() as f64 / budget;
-        let log = self.log.as_ref().map_or(0.0, |(log, _)| {
-            let s = log.stats();
-            let total = s.segments_total.load(Ordering::Relaxed).max(1) as f64;
-            s.segments_used.load(Ordering::Relaxed) as f64 / total
-        });
-        let ramp = ((queues.max(log) - from) / (full - from)).clamp(0.0, 1.0);
+        let ramp = ((queues.max(self.log_used_share()) - from) / (full - from)).clamp(0.0, 1.0);
         MIN_DUTY + (1.0 - MIN_DUTY) * ramp
     }
 
@@ -164,10 +159,18 @@ impl<A: BlockApp> Inner<A> {
         }
         // The own log is released only behind committed modifications: a block left pending
         // for long would hold it until writers wait for room.
-        self.log.as_ref().is_some_and(|(log, _)| {
+        self.log_used_share() > 0.5
+    }
+
+    /// The share of the own log's segments in use (0 without an own log).
+    fn log_used_share(&self) -> f64 {
+        self.log.as_ref().map_or(0.0, |(log, _)| {
             let s = log.stats();
             let total = s.segments_total.load(Ordering::Relaxed);
-            total > 0 && s.segments_used.load(Ordering::Relaxed) * 2 > total
+            if total == 0 {
+                return 0.0;
+            }
+            s.segments_used.load(Ordering::Relaxed) as f64 / total as f64
         })
     }
 

@@ -116,11 +116,9 @@ impl<A: BlockApp> Inner<A> {
                 })
                 .collect()
         };
-        for ((run, _), &(_, to)) in batch.runs.iter().zip(&moves) {
-            self.fill_ahead(to, run.start + run.len)?;
-        }
         for ((run, buf), &(_, to)) in batch.runs.iter().zip(&moves) {
             debug_assert_eq!(run.start % u64::from(self.geo.max_run), 0, "whole extents");
+            self.fill_ahead(to, run.start + run.len)?;
             self.disk
                 .write_at(buf, self.geo.home_offset(to, run.start))?;
         }

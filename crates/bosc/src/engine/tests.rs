@@ -514,14 +514,13 @@ fn a_commit_fills_the_holes_ahead_of_it_and_only_holes() {
         (at, geo.home_offset(home, to) - at)
     };
     let (at, len) = span(1, 0, 1024);
-    if !data
-        .allocation(at, len)
-        .unwrap()
-        .iter()
-        .any(|e| !e.allocated)
-    {
-        panic!("the test needs a file system with holes (SEEK_HOLE) under the temp dir");
-    }
+    assert!(
+        data.allocation(at, len)
+            .unwrap()
+            .iter()
+            .any(|e| !e.allocated),
+        "the test needs a file system with holes (SEEK_HOLE) under the temp dir"
+    );
     b.modify(100, &[1, 2, 3]).unwrap();
     b.commit_all().unwrap();
     // Extent 12 (blocks 96..104) moved to home 1; the fill covers 104..168 there.
