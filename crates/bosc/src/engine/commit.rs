@@ -24,10 +24,6 @@ pub(super) const MIN_DUTY: f64 = 0.1;
 /// The longest rest after one batch: the queues may fill meanwhile, and the next batch looks
 /// again.
 const MAX_REST: Duration = Duration::from_millis(50);
-/// Threads reading a commit's runs. One read at a time left the device idle between reads:
-/// an explicit commit of 130 k leaves at a 128 MiB budget read and wrote about 180 MB/s
-/// each at a queue depth of 1.5 (`iostat`), 11 s with nothing else running.
-const READERS: usize = 2;
 
 /// Merged runs waiting for one double write; at most the double-write area's slots.
 #[derive(Default)]
@@ -299,8 +295,8 @@ impl<A: BlockApp> Inner<A> {
         Ok(written)
     }
 
-    /// Three stages: readers read the runs ([`READERS`] at a time, taken in order), this
-    /// thread merges each into batches that fill the double-write area, and a writer writes each batch
+    /// Three stages on three threads: a reader reads the runs in order, this thread merges
+    /// each into batches that fill the double-write area, and a writer writes each batch
     /// ([`Self::write_batch`]) and hands it back, to be retired here. So reading and merging
     /// batch k+1 overlap batch k's writes and syncs; the runs of one cycle are disjoint, so a
     /// batch merged early holds no block the one being written holds. Only this thread
@@ -309,31 +305,25 @@ impl<A: BlockApp> Inner<A> {
     pub(super) fn pipeline(&self, runs: &[Run], rest: bool) -> Result<u64, Error> {
         let bs = self.geo.block_bytes as usize;
         std::thread::scope(|s| {
-            // Reader k reads runs k, k + READERS, ...; they are taken in turn, so in order.
-            let mut from_readers = Vec::with_capacity(READERS);
-            for k in 0..READERS {
-                let (tx, rx) = std::sync::mpsc::sync_channel::<Result<(Run, Vec<u8>), Error>>(1);
-                from_readers.push(rx);
-                s.spawn(move || {
-                    let _class = self.cfg.cpu_class.as_ref().map(CpuClass::join);
-                    for &run in runs.iter().skip(k).step_by(READERS) {
-                        let mut buf = self.run_buf(bs * run.len as usize);
-                        let r = if self.run_is_cached(run) {
-                            // Every block is overwritten; zeros pass the block check.
-                            buf.fill(0);
-                            Ok((run, buf))
-                        } else {
-                            self.read_span(&mut buf, run.start, false)
-                                .map(|()| (run, buf))
-                        };
-                        let stop = r.is_err();
-                        if tx.send(r).is_err() || stop {
-                            return;
-                        }
+            let (tx, rx) = std::sync::mpsc::sync_channel::<Result<(Run, Vec<u8>), Error>>(1);
+            s.spawn(move || {
+                let _class = self.cfg.cpu_class.as_ref().map(CpuClass::join);
+                for &run in runs {
+                    let mut buf = self.run_buf(bs * run.len as usize);
+                    let r = if self.run_is_cached(run) {
+                        // Every block is overwritten; zeros pass the block check.
+                        buf.fill(0);
+                        Ok((run, buf))
+                    } else {
+                        self.read_span(&mut buf, run.start, false)
+                            .map(|()| (run, buf))
+                    };
+                    let stop = r.is_err();
+                    if tx.send(r).is_err() || stop {
+                        return;
                     }
-                });
-            }
-            let rx = (0..runs.len()).map_while(|i| from_readers[i % READERS].recv().ok());
+                }
+            });
             let (wtx, wrx) = std::sync::mpsc::sync_channel::<Batch>(0);
             let (dtx, drx) = std::sync::mpsc::sync_channel::<(Batch, Result<(), Error>)>(1);
             s.spawn(move || {
