@@ -61,9 +61,15 @@ for budget in $BUDGETS; do
         echo "=== budget $budget MiB, durable every $sync, seed $seed, preload $preload, round $r: $order" >&2
         files+=("$(round "$order")")
       done
-      if (( ROUNDS % 2 == 0 )) && ! python3 "$ROOT/bench/index-sweep.py" agree "$sync" "${files[@]}"; then
-        echo "=== budget $budget MiB, durable every $sync, seed $seed: one more round, $ENGINES" >&2
-        files+=("$(round "$ENGINES")")
+      if (( ROUNDS % 2 == 0 )); then
+        agreed=0
+        python3 "$ROOT/bench/index-sweep.py" agree "$sync" "${files[@]}" || agreed=$?
+        case $agreed in
+          0) ;;
+          3) echo "=== budget $budget MiB, durable every $sync, seed $seed: one more round, $ENGINES" >&2
+             files+=("$(round "$ENGINES")") ;;
+          *) echo "bench/index-sweep.py agree failed ($agreed)" >&2; exit 1 ;;
+        esac
       fi
       echo "$budget $sync $seed $(IFS=,; echo "${files[*]}")" >>"$LIST"
     done
