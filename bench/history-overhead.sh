@@ -3,26 +3,33 @@
 # interleaved in one run, over fio's nbd engine. Two configurations of history:
 #   a) a window shorter than the log holds: expiry and roll-forward of the base run all along;
 #   b) a window longer than the log holds: history shrinks all along (shrink count > 0).
-# Each server, after WARM seconds of warm-up, is measured for SECS seconds in all: half of
-# them durable 4 KiB random writes at depth 32 (IOPS), a quarter at depth 1 (p50/p99
-# latency), a quarter 1 MiB sequential writes at depth 8 (MB/s); with history on it
-# samples the index lag every second (p99), and reports the shrinks, the roll-forward MB/s
-# and the server's CPU per write. Prints medians and the
-# on/off ratios; targets: (a) depth-32 IOPS >= 0.85x, (b) >= 0.75x; depth-1 p50 <= 1.1x,
-# p99 <= 1.5x; 1 MiB sequential >= 0.8x; index lag p99 <= 2 s. Also prints the index's size
-# against its memory budget (the issue asks for >= 10x).
+# ROUNDS rounds per configuration, each a server with history off and one with it on (odd
+# rounds off first, even rounds on first), so each is measured ROUNDS x SECS seconds in all
+# (10 minutes at the defaults). Each server, after WARM seconds of warm-up, is measured for
+# SECS seconds: half of them durable 4 KiB random writes at depth 32 (IOPS), a quarter at
+# depth 1 (p50/p99 latency), a quarter 1 MiB sequential writes at depth 8 (MB/s); with
+# history on it samples the index lag every second (p99), and reports the shrinks, the
+# roll-forward MB/s and the server's CPU per write. Prints each round's on/off ratios, then
+# the medians over the rounds and their ratios, which the targets are read on: (a) depth-32
+# IOPS >= 0.85x, (b) >= 0.75x; depth-1 p50 <= 1.1x, p99 <= 1.5x; 1 MiB sequential >= 0.8x;
+# index lag p99 <= 2 s. Also prints the index's size against its memory budget (the issue
+# asks for >= 10x).
+# Why rounds: one server of each, ten minutes apart, differed more than the targets allow
+# with history off alone (depth-1 p50 206 and 237 us in two runs of the same build; history
+# on measured 0.95x and 1.12x of off in two runs: docs/benchmarks.md), so each side is
+# measured in turns and the medians compared.
 # The defaults make both: (a)'s window and the 5 s between expiry rounds fit the log's 60 %
 # for history even while 1 MiB writes run at full speed (15 s at ~600 MB/s here, 9 GB of
 # 10.3; a 20 s window shrank 30 times), and 15 s of 4 KiB writes at ~30 k/s index ~450 k
 # records (~25x the budget); (b)'s log holds ~560 k records before it shrinks.
-# Usage: bench/history-overhead.sh   env: SECS=600 WARM=30 ROUNDS=1 LOG_A=16GiB WINDOW_A=10s
-#        LOG_B=4GiB WINDOW_B=7d INDEX_MEMORY=1MiB VOLUME=8GiB CONFIGS="a b" FIRST=off (a probe may run one;
-#        a run of record runs both; with ROUNDS > 1 the order of off and on alternates)
+# Usage: bench/history-overhead.sh   env: ROUNDS=3 SECS=200 WARM=30 LOG_A=16GiB WINDOW_A=10s
+#        LOG_B=4GiB WINDOW_B=7d INDEX_MEMORY=1MiB VOLUME=8GiB CONFIGS="a b" FIRST=off (a probe
+#        may run one configuration; a run of record runs both at the defaults)
 . "$(dirname "$0")/lib.sh"
 case ${1:-} in -h | --help) sed -n '2,/^\. /p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;; esac
-SECS=${SECS:-600}
+SECS=${SECS:-200}
 WARM=${WARM:-30}
-ROUNDS=${ROUNDS:-1}
+ROUNDS=${ROUNDS:-3}
 LOG_A=${LOG_A:-16GiB}
 WINDOW_A=${WINDOW_A:-10s}
 LOG_B=${LOG_B:-4GiB}
@@ -43,9 +50,9 @@ metric() {
   echo "$text" | awk -v n="$1" '$1 == n { v = $2 } END { print (v == "" ? 0 : v) }'
 }
 
-# run LABEL LOG WINDOW|off: one server, warm-up, the three measurements, its history figures.
+# run LABEL LOG WINDOW|off ROUND: one server, warm-up, the three measurements, its history figures.
 run() {
-  local label=$1 log=$2 window=$3 cfg=$D/config.toml
+  local label=$1 log=$2 window=$3 round=$4 cfg=$D/config.toml
   {
     echo "[history]"
     if [ "$window" = off ]; then echo "enabled = false"; else
@@ -83,14 +90,14 @@ run() {
   stop_mariner
   local ticks; ticks=$(getconf CLK_TCK)
   python3 - "$label" "$iops32" "$lat1" "$seq_iops" "$cpu0" "$cpu1" "$w0" "$w1" "$rolled0" "$rolled1" \
-    "$t0" "$t1" "$shrinks" "$lag99" "$ticks" >>"$OUT" <<'EOF'
+    "$t0" "$t1" "$shrinks" "$lag99" "$ticks" "$round" >>"$OUT" <<'EOF'
 import sys
-(label, iops32, lat1, seq, c0, c1, w0, w1, r0, r1, t0, t1, shrinks, lag, ticks) = sys.argv[1:]
+(label, iops32, lat1, seq, c0, c1, w0, w1, r0, r1, t0, t1, shrinks, lag, ticks, rnd) = sys.argv[1:]
 p50, p99 = lat1.split()
 writes = max(float(w1) - float(w0), 1)
 cpu_us = (float(c1) - float(c0)) / float(ticks) * 1e6 / writes
 roll = (float(r1) - float(r0)) / (float(t1) - float(t0)) / 1e6
-print("\t".join([label, iops32, p50, p99, seq, "%.1f" % cpu_us, "%.1f" % roll, shrinks, lag]))
+print("\t".join([label, iops32, p50, p99, seq, "%.1f" % cpu_us, "%.1f" % roll, shrinks, lag, rnd]))
 EOF
   tail -1 "$OUT"
 }
@@ -101,11 +108,11 @@ EOF
 pair() {
   local first=${FIRST:-off}
   if [ $(($6 % 2)) = 0 ]; then [ "$first" = off ] && first=on || first=off; fi
-  if [ "$first" = off ]; then run "$1" "$2" off; run "$4" "$2" "$5"
-  else run "$4" "$2" "$5"; run "$1" "$2" off; fi
+  if [ "$first" = off ]; then run "$1" "$2" off "$6"; run "$4" "$2" "$5" "$6"
+  else run "$4" "$2" "$5" "$6"; run "$1" "$2" off "$6"; fi
 }
 
-echo "label	iops_d32	p50_d1_us	p99_d1_us	seq_1M_iops(=MiB/s)	cpu_us_per_write	rolled_MB_s	shrinks	lag_p99_s"
+echo "label	iops_d32	p50_d1_us	p99_d1_us	seq_1M_iops(=MiB/s)	cpu_us_per_write	rolled_MB_s	shrinks	lag_p99_s	round"
 for r in $(seq 1 "$ROUNDS"); do
   case " $CONFIGS " in *" a "*)
     pair a-off "$LOG_A" off a-on "$WINDOW_A" "$r" ;;
@@ -117,12 +124,20 @@ done
 python3 - "$OUT" <<'EOF'
 import sys, statistics as st
 rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1]) if l.strip()]
-by = {}
+by, rounds = {}, {}
 for r in rows:
-    by.setdefault(r[0], []).append([float(x) for x in r[1:]])
+    vals = [float(x) for x in r[1:9]]
+    by.setdefault(r[0], []).append(vals)
+    rounds.setdefault(r[9], {})[r[0]] = vals
+print("\nrounds (on/off: depth-32 IOPS, depth-1 p50, p99, 1 MiB seq)")
+for n in sorted(rounds, key=int):
+    for c in ("a", "b"):
+        on, off = rounds[n].get(c + "-on"), rounds[n].get(c + "-off")
+        if on and off:
+            print("round %s (%s): %.2fx %.2fx %.2fx %.2fx" % (n, c, on[0] / off[0], on[1] / off[1], on[2] / off[2], on[3] / off[3]))
 med = {k: [st.median(c) for c in zip(*v)] for k, v in by.items()}
 names = ["iops_d32", "p50_d1_us", "p99_d1_us", "seq_1M_MiB_s", "cpu_us_per_write", "rolled_MB_s", "shrinks", "lag_p99_s"]
-print("\nmedians")
+print("\nmedians over the rounds")
 for k in sorted(med):
     print(k, " ".join("%s=%.1f" % (n, x) for n, x in zip(names, med[k])))
 for c, target in (("a", 0.85), ("b", 0.75)):
