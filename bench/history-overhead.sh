@@ -9,8 +9,10 @@
 # SECS seconds: half of them durable 4 KiB random writes at depth 32 (IOPS), a quarter at
 # depth 1 (p50/p99 latency), a quarter 1 MiB sequential writes at depth 8 (MB/s); with
 # history on it samples the index lag every second (p99), and reports the shrinks, the
-# roll-forward MB/s and the server's CPU per write. Prints each round's on/off ratios, then
-# the medians over the rounds and their ratios, which the targets are read on: (a) depth-32
+# roll-forward MB/s and the server's CPU per write; for each server, the share of CPU time
+# the host took from this machine (steal) while it was measured (a run of record wants it
+# near 0). Prints each round's on/off ratios, then the medians over the rounds and their
+# ratios, which the targets are read on: (a) depth-32
 # IOPS >= 0.85x, (b) >= 0.75x; depth-1 p50 <= 1.1x, p99 <= 1.5x; 1 MiB sequential >= 0.8x;
 # index lag p99 <= 2 s. Also prints the index's size against its memory budget (the issue
 # asks for >= 10x).
@@ -71,6 +73,7 @@ run() {
   local cpu0 w0 rolled0; cpu0=$(awk '{print $14+$15}' "/proc/$MPID/stat")
   w0=$(metric mariner_log_records_total)
   rolled0=$(metric mariner_history_rolled_bytes_total)
+  local st0; st0=$(head -1 /proc/stat)
   local t0; t0=$(date +%s.%N)
   local half=$((SECS / 2)) quarter=$((SECS / 4))
   read -r iops32 _ _ < <(fio_nbd "$MURL" randwrite 4k 32 "$half")
@@ -79,6 +82,7 @@ run() {
     python3 -c 'import json,sys; p=json.load(sys.stdin)["jobs"][0]["write"]["clat_ns"]["percentile"]; print("%.1f %.1f" % (p["50.000000"]/1000, p["99.000000"]/1000))')
   read -r seq_iops _ _ < <(fio_nbd "$MURL" write 1M 8 "$quarter")
   local t1; t1=$(date +%s.%N)
+  local st1; st1=$(head -1 /proc/stat)
   local cpu1 w1 rolled1 shrinks; cpu1=$(awk '{print $14+$15}' "/proc/$MPID/stat")
   w1=$(metric mariner_log_records_total)
   rolled1=$(metric mariner_history_rolled_bytes_total)
@@ -90,14 +94,17 @@ run() {
   stop_mariner
   local ticks; ticks=$(getconf CLK_TCK)
   python3 - "$label" "$iops32" "$lat1" "$seq_iops" "$cpu0" "$cpu1" "$w0" "$w1" "$rolled0" "$rolled1" \
-    "$t0" "$t1" "$shrinks" "$lag99" "$ticks" "$round" >>"$OUT" <<'EOF'
+    "$t0" "$t1" "$shrinks" "$lag99" "$ticks" "$round" "$st0" "$st1" >>"$OUT" <<'EOF'
 import sys
-(label, iops32, lat1, seq, c0, c1, w0, w1, r0, r1, t0, t1, shrinks, lag, ticks, rnd) = sys.argv[1:]
+(label, iops32, lat1, seq, c0, c1, w0, w1, r0, r1, t0, t1, shrinks, lag, ticks, rnd, s0, s1) = sys.argv[1:]
+# The share of the machine's CPU time the host took (steal) while measuring.
+a, b = [int(x) for x in s0.split()[1:9]], [int(x) for x in s1.split()[1:9]]
+steal = 100.0 * (b[7] - a[7]) / max(sum(b) - sum(a), 1)
 p50, p99 = lat1.split()
 writes = max(float(w1) - float(w0), 1)
 cpu_us = (float(c1) - float(c0)) / float(ticks) * 1e6 / writes
 roll = (float(r1) - float(r0)) / (float(t1) - float(t0)) / 1e6
-print("\t".join([label, iops32, p50, p99, seq, "%.1f" % cpu_us, "%.1f" % roll, shrinks, lag, rnd]))
+print("\t".join([label, iops32, p50, p99, seq, "%.1f" % cpu_us, "%.1f" % roll, shrinks, lag, rnd, "%.1f" % steal]))
 EOF
   tail -1 "$OUT"
 }
@@ -112,7 +119,7 @@ pair() {
   else run "$4" "$2" "$5" "$6"; run "$1" "$2" off "$6"; fi
 }
 
-echo "label	iops_d32	p50_d1_us	p99_d1_us	seq_1M_iops(=MiB/s)	cpu_us_per_write	rolled_MB_s	shrinks	lag_p99_s	round"
+echo "label	iops_d32	p50_d1_us	p99_d1_us	seq_1M_iops(=MiB/s)	cpu_us_per_write	rolled_MB_s	shrinks	lag_p99_s	round	steal_pct"
 for r in $(seq 1 "$ROUNDS"); do
   case " $CONFIGS " in *" a "*)
     pair a-off "$LOG_A" off a-on "$WINDOW_A" "$r" ;;
@@ -128,13 +135,13 @@ by, rounds = {}, {}
 for r in rows:
     vals = [float(x) for x in r[1:9]]
     by.setdefault(r[0], []).append(vals)
-    rounds.setdefault(r[9], {})[r[0]] = vals
-print("\nrounds (on/off: depth-32 IOPS, depth-1 p50, p99, 1 MiB seq)")
+    rounds.setdefault(r[9], {})[r[0]] = vals + [float(r[10])]
+print("\nrounds (on/off: depth-32 IOPS, depth-1 p50, p99, 1 MiB seq; steal %, off / on)")
 for n in sorted(rounds, key=int):
     for c in ("a", "b"):
         on, off = rounds[n].get(c + "-on"), rounds[n].get(c + "-off")
         if on and off:
-            print("round %s (%s): %.2fx %.2fx %.2fx %.2fx" % (n, c, on[0] / off[0], on[1] / off[1], on[2] / off[2], on[3] / off[3]))
+            print("round %s (%s): %.2fx %.2fx %.2fx %.2fx; steal %.1f / %.1f" % (n, c, on[0] / off[0], on[1] / off[1], on[2] / off[2], on[3] / off[3], off[8], on[8]))
 med = {k: [st.median(c) for c in zip(*v)] for k, v in by.items()}
 names = ["iops_d32", "p50_d1_us", "p99_d1_us", "seq_1M_MiB_s", "cpu_us_per_write", "rolled_MB_s", "shrinks", "lag_p99_s"]
 print("\nmedians over the rounds")
