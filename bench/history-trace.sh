@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Who queues the device while a depth-1 writer runs (issue 17's (b) tail): one server, history
+# on or off, WARM seconds of depth-32 4 KiB random writes, then D32 more, then D1 seconds at
+# depth 1 with the kernel's block tracepoints recorded (`perf record -a`) and every bio
+# counted for the thread that submitted it (store-apply, log-dev0.*, history-roll,
+# bosc-commit, kworker...), with `iostat -x 1` beside it. Prints the depth-32 IOPS, the
+# depth-1 p50/p99 and IOPS, the bytes by thread and the device's queue (aqu-sz) per second.
+# Defaults are (b) of bench/history-overhead.sh: a 4 GiB log, a 7 d window (history shrinks
+# all along), a 1 MiB index budget. Needs root (perf's tracepoints) and linux-perf, sysstat.
+# Usage: bench/history-trace.sh on|off [OUT]   env: WARM=30 D32=100 D1=50 LOG=4GiB WINDOW=7d
+#        INDEX_MEMORY=1MiB VOLUME=8GiB (OUT keeps the raw outputs; default a scratch dir)
+. "$(dirname "$0")/lib.sh"
+case ${1:-} in on | off) ;; *) sed -n '2,/^\. /p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;; esac
+mode=$1
+WARM=${WARM:-30}
+D32=${D32:-100}
+D1=${D1:-50}
+LOG=${LOG:-4GiB}
+WINDOW=${WINDOW:-7d}
+INDEX_MEMORY=${INDEX_MEMORY:-1MiB}
+VOLUME=${VOLUME:-8GiB}
+for t in perf iostat fio; do
+  command -v "$t" >/dev/null || { echo "history-trace: needs $t (apt-get install linux-perf sysstat fio)" >&2; exit 1; }
+done
+build_release
+D=$SCRATCH/history-trace
+OUT=${2:-$D/out}
+mkdir -p "$D" "$OUT"
+cfg=$D/config.toml
+if [ "$mode" = off ]; then printf '[history]\nenabled = false\n' >"$cfg"; else
+  printf '[history]\nwindow = "%s"\nmin_window = "1s"\nindex_memory = "%s"\n' "$WINDOW" "$INDEX_MEMORY" >"$cfg"
+fi
+dev=$(basename "$(df --output=source "$SCRATCH" | tail -1)")
+RUST_LOG=${RUST_LOG:-info,mariner_history=debug} \
+  start_mariner "$D/srv" --config "$cfg" --log-size "$LOG" --default-volume-size "$VOLUME"
+fio_nbd "$MURL" randwrite 4k 32 "$WARM" >/dev/null
+read -r iops32 _ _ < <(fio_nbd "$MURL" randwrite 4k 32 "$D32")
+iostat -x 1 "$dev" >"$OUT/iostat.txt" & io=$!
+perf record -q -o "$OUT/perf.data" -a \
+  -e block:block_bio_queue,block:block_rq_issue,block:block_rq_complete -- sleep "$D1" \
+  >/dev/null 2>&1 & pr=$!
+fio --name=b --ioengine=nbd --uri="$MURL" --rw=randwrite --bs=4k --iodepth=1 --size=256M \
+  --runtime="$D1" --time_based --output-format=json 2>/dev/null | sed -n '/^{/,$p' >"$OUT/d1.json"
+wait "$pr" || echo "history-trace: perf record failed" >&2
+kill "$io" 2>/dev/null || true
+cp "$D/srv/serve.log" "$OUT/"
+stop_mariner
+echo "history $mode: depth-32 $iops32 IOPS"
+python3 - "$OUT" "$dev" <<'PY'
+import collections, json, re, subprocess, sys
+out, dev = sys.argv[1:]
+w = json.load(open(out + "/d1.json"))["jobs"][0]["write"]
+p = w["clat_ns"]["percentile"]
+print("depth-1: p50 %.1f us, p99 %.1f us, %.0f IOPS" % (p["50.000000"] / 1e3, p["99.000000"] / 1e3, w["iops"]))
+text = subprocess.run(["perf", "script", "-i", out + "/perf.data"], capture_output=True, text=True).stdout
+line = re.compile(r"^\s*(.+?)\s+\d+\s+\[\d+\]\s+[\d.]+:\s+block:block_bio_queue: \S+ (\S+) .*?(\d+) \+ (\d+)")
+count, size = collections.Counter(), collections.Counter()
+for l in text.splitlines():
+    m = line.match(l)
+    if m:
+        who = re.sub(r"^kworker.*", "kworker", m.group(1).strip())
+        count[(who, m.group(2))] += 1
+        size[(who, m.group(2))] += int(m.group(4)) * 512
+print("bios submitted in the depth-1 phase, by thread and kind (W write, R read, S sync, M meta):")
+for k in sorted(size, key=lambda k: -size[k])[:16]:
+    print("  %-18s %-4s %8d bios %9.1f MiB" % (k[0], k[1], count[k], size[k] / 2**20))
+q = [l.split() for l in open(out + "/iostat.txt") if l.startswith(dev + " ")]
+print("device queue (aqu-sz) per second:", " ".join(r[-2] for r in q[1:]))
+PY
+grep "applied records to the base" "$OUT/serve.log" | sed 's/^.*base images /roll round: /' || true
