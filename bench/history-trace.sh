@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Who queues the device while a depth-1 writer runs (issue 17's (b) tail): one server, history
 # on or off, WARM seconds of depth-32 4 KiB random writes, then D32 more, then D1 seconds at
-# depth 1 with the kernel's block tracepoints recorded (`perf record -a`) and every bio
+# depth 1 with the kernel's block_bio_queue tracepoint recorded (`perf record -a`) and every bio
 # counted for the thread that submitted it (store-apply, log-dev0.*, history-roll,
 # bosc-commit, kworker...), with `iostat -x 1` beside it. Prints the depth-32 IOPS, the
 # depth-1 p50/p99 and IOPS, the bytes by thread and the device's queue (aqu-sz) per second.
@@ -36,22 +36,17 @@ RUST_LOG=${RUST_LOG:-info,mariner_history=debug} \
 fio_nbd "$MURL" randwrite 4k 32 "$WARM" >/dev/null
 read -r iops32 _ _ < <(fio_nbd "$MURL" randwrite 4k 32 "$D32")
 iostat -x 1 "$dev" >"$OUT/iostat.txt" & io=$!
-perf record -q -o "$OUT/perf.data" -a \
-  -e block:block_bio_queue,block:block_rq_issue,block:block_rq_complete -- sleep "$D1" \
-  >/dev/null 2>&1 & pr=$!
-fio --name=b --ioengine=nbd --uri="$MURL" --rw=randwrite --bs=4k --iodepth=1 --size=256M \
-  --runtime="$D1" --time_based --output-format=json 2>/dev/null | sed -n '/^{/,$p' >"$OUT/d1.json"
+perf record -q -o "$OUT/perf.data" -a -e block:block_bio_queue -- sleep "$D1" >/dev/null 2>&1 & pr=$!
+read -r iops1 _ p50 p99 _ < <(fio_stats --name=b --ioengine=nbd --uri="$MURL" --rw=randwrite --bs=4k \
+  --iodepth=1 --size=256M --runtime="$D1" --time_based)
 wait "$pr" || echo "history-trace: perf record failed" >&2
 kill "$io" 2>/dev/null || true
 cp "$D/srv/serve.log" "$OUT/"
 stop_mariner
-echo "history $mode: depth-32 $iops32 IOPS"
+echo "history $mode: depth-32 $iops32 IOPS; depth-1 p50 $p50 us, p99 $p99 us, $iops1 IOPS"
 python3 - "$OUT" "$dev" <<'PY'
-import collections, json, re, subprocess, sys
+import collections, re, subprocess, sys
 out, dev = sys.argv[1:]
-w = json.load(open(out + "/d1.json"))["jobs"][0]["write"]
-p = w["clat_ns"]["percentile"]
-print("depth-1: p50 %.1f us, p99 %.1f us, %.0f IOPS" % (p["50.000000"] / 1e3, p["99.000000"] / 1e3, w["iops"]))
 text = subprocess.run(["perf", "script", "-i", out + "/perf.data"], capture_output=True, text=True).stdout
 line = re.compile(r"^\s*(.+?)\s+\d+\s+\[\d+\]\s+[\d.]+:\s+block:block_bio_queue: \S+ (\S+) .*?(\d+) \+ (\d+)")
 count, size = collections.Counter(), collections.Counter()
