@@ -9,6 +9,8 @@
 # all along), a 1 MiB index budget. Needs root (perf's tracepoints) and linux-perf, sysstat.
 # Usage: bench/history-trace.sh on|off [OUT]   env: WARM=30 D32=100 D1=50 LOG=4GiB WINDOW=7d
 #        INDEX_MEMORY=1MiB VOLUME=8GiB (OUT keeps the raw outputs; default a scratch dir)
+#        (a) of bench/history-overhead.sh: LOG=16GiB WINDOW=10s. Also prints the depth-1 writer's
+#        p99 per second (from fio's per-request latency log) beside the device's queue.
 . "$(dirname "$0")/lib.sh"
 case ${1:-} in on | off) ;; *) sed -n '2,/^\. /p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;; esac
 mode=$1
@@ -38,7 +40,7 @@ read -r iops32 _ _ < <(fio_nbd "$MURL" randwrite 4k 32 "$D32")
 iostat -x 1 "$dev" >"$OUT/iostat.txt" & io=$!
 perf record -q -o "$OUT/perf.data" -a -e block:block_bio_queue -- sleep "$D1" >/dev/null 2>&1 & pr=$!
 read -r iops1 _ p50 p99 _ < <(fio_stats --name=b --ioengine=nbd --uri="$MURL" --rw=randwrite --bs=4k \
-  --iodepth=1 --size=256M --runtime="$D1" --time_based)
+  --iodepth=1 --size=256M --runtime="$D1" --time_based --write_lat_log="$OUT/d1" --log_avg_msec=0)
 wait "$pr" || echo "history-trace: perf record failed" >&2
 kill "$io" 2>/dev/null || true
 cp "$D/srv/serve.log" "$OUT/"
@@ -61,5 +63,13 @@ for k in sorted(size, key=lambda k: -size[k])[:16]:
     print("  %-18s %-4s %8d bios %9.1f MiB" % (k[0], k[1], count[k], size[k] / 2**20))
 q = [l.split() for l in open(out + "/iostat.txt") if l.startswith(dev + " ")]
 print("device queue (aqu-sz) per second:", " ".join(r[-2] for r in q[1:]))
+per = collections.defaultdict(list)
+for l in open(out + "/d1_clat.1.log"):
+    f = l.split(",")
+    per[int(f[0]) // 1000].append(int(f[1]) / 1000)
+def p99(v):
+    v = sorted(v)
+    return v[min(len(v) - 1, int(len(v) * 0.99))]
+print("depth-1 p99 us per second:", " ".join("%.0f" % p99(per[s]) for s in sorted(per)))
 PY
 grep "applied records to the base" "$OUT/serve.log" | sed 's/^.*base images /roll round: /' || true

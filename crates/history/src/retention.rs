@@ -34,8 +34,8 @@ use crate::state::FLAG_BROKEN;
 use crate::{DigestEntry, HistoryError};
 
 /// Most records one roll-forward round applies (their digest entries, 64 bytes each, are in
-/// memory while it runs: 8 MiB); the default of `HistoryConfig::round_records`.
-pub(crate) const ROUND_RECORDS: u64 = 131_072;
+/// memory while it runs: 16 MiB); the default of `HistoryConfig::round_records`.
+pub(crate) const ROUND_RECORDS: u64 = 262_144;
 /// Share of the log history may hold before it rolls forward early (shrinks).
 const PRESSURE: f64 = 0.6;
 /// Share of the log a shrink brings what history holds back to.
@@ -45,9 +45,11 @@ const SHRINK_TO: f64 = 0.4;
 /// version, so the base's writes per record fall with the records per round wherever blocks
 /// are overwritten: 4 KiB random writes over 256 MiB at ~30 k/s wrote 3.9 KiB of base per
 /// record in rounds a second apart (16,384 records at most; 0.84x the IOPS without history),
-/// 2.56 KiB in rounds 5 s apart (131,072 at most; 0.89x) (docs/benchmarks.md). The log holds
-/// that much longer than the window, nothing else.
-const ROLL_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
+/// 2.56 KiB in rounds 5 s apart (131,072 at most; 0.89x); in rounds 15 s apart (262,144 at
+/// most) a depth-1 writer's p99 beside the expiry of a depth-32 burst fell from 1.47 to 0.71 ms
+/// (docs/benchmarks.md, thirty-first session). The log holds that much longer than the window,
+/// nothing else; a log filling past `PRESSURE` rolls at once whatever the interval.
+const ROLL_INTERVAL: std::time::Duration = std::time::Duration::from_secs(15);
 
 /// When the next roll-forward for expiry can be due.
 #[derive(Debug, Default)]
