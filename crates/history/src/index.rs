@@ -361,7 +361,7 @@ impl LtIndex {
     /// images), durably, with one group commit: each leaf holding one of their keys drops
     /// every key of that volume numbered up to the newest of `entries` in it — theirs, and
     /// any an earlier round left (a leaf split while its drop was queued). One modification a
-    /// leaf, not a delete a key: a round's 131,072 records touch a few thousand leaves.
+    /// leaf, not a delete a key: a round's 262,144 records touch a few thousand leaves.
     /// Returns the keys of `entries` (every one of them is gone).
     pub fn remove(&self, entries: &[DigestEntry]) -> Result<usize, HistoryError> {
         let mut keys = Vec::new();
