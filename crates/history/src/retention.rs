@@ -45,10 +45,11 @@ const SHRINK_TO: f64 = 0.4;
 /// version, so the base's writes per record fall with the records per round wherever blocks
 /// are overwritten: 4 KiB random writes over 256 MiB at ~30 k/s wrote 3.9 KiB of base per
 /// record in rounds a second apart (16,384 records at most; 0.84x the IOPS without history),
-/// 2.56 KiB in rounds 5 s apart (131,072 at most; 0.89x); in rounds 15 s apart (262,144 at
-/// most) a depth-1 writer's p99 beside the expiry of a depth-32 burst fell from 1.47 to 0.71 ms
-/// (docs/benchmarks.md, thirty-first session). The log holds that much longer than the window,
-/// nothing else; a log filling past `PRESSURE` rolls at once whatever the interval.
+/// 2.56 KiB in rounds 5 s apart (131,072 at most; 0.89x); rounds 15 s apart (262,144 at most)
+/// halved the roll-forward's MB/s in bench/history-overhead.sh, though the depth-1 p99 ratio
+/// barely moved (docs/benchmarks.md, thirty-first session). The log holds that much longer
+/// than the window, nothing else; a log filling past `PRESSURE` rolls at once whatever the
+/// interval.
 const ROLL_INTERVAL: std::time::Duration = std::time::Duration::from_secs(15);
 
 /// When the next roll-forward for expiry can be due.
