@@ -10,7 +10,10 @@
 # Usage: bench/history-trace.sh on|off [OUT]   env: WARM=30 D32=100 D1=50 LOG=4GiB WINDOW=7d
 #        INDEX_MEMORY=1MiB VOLUME=8GiB (OUT keeps the raw outputs; default a scratch dir)
 #        (a) of bench/history-overhead.sh: LOG=16GiB WINDOW=10s. Also prints the depth-1 writer's
-#        p99 per second (from fio's per-request latency log) beside the device's queue.
+#        p99 per second (from fio's per-request latency log) beside the device's queue, and
+#        how many requests took over 1 ms at fio, at the log's acknowledgement and in the log's
+#        device writes (the server's histograms before and after the phase): where a slow
+#        request's time went.
 . "$(dirname "$0")/lib.sh"
 case ${1:-} in on | off) ;; *) sed -n '2,/^\. /p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;; esac
 mode=$1
@@ -37,12 +40,15 @@ RUST_LOG=${RUST_LOG:-info,mariner_history=debug} \
   start_mariner "$D/srv" --config "$cfg" --log-size "$LOG" --default-volume-size "$VOLUME"
 fio_nbd "$MURL" randwrite 4k 32 "$WARM" >/dev/null
 read -r iops32 _ _ < <(fio_nbd "$MURL" randwrite 4k 32 "$D32")
+scrape() { curl -sf --max-time 5 --unix-socket "$D/srv/data/admin.sock" http://mariner/metrics >"$1" || : >"$1"; }
+scrape "$OUT/metrics-before.txt"
 iostat -x 1 "$dev" >"$OUT/iostat.txt" & io=$!
 perf record -q -o "$OUT/perf.data" -a -e block:block_bio_queue -- sleep "$D1" >/dev/null 2>&1 & pr=$!
 read -r iops1 _ p50 p99 _ < <(fio_stats --name=b --ioengine=nbd --uri="$MURL" --rw=randwrite --bs=4k \
   --iodepth=1 --size=256M --runtime="$D1" --time_based --write_lat_log="$OUT/d1" --log_avg_msec=0)
 wait "$pr" || echo "history-trace: perf record failed" >&2
 kill "$io" 2>/dev/null || true
+scrape "$OUT/metrics-after.txt"
 cp "$D/srv/serve.log" "$OUT/"
 stop_mariner
 echo "history $mode: depth-32 $iops32 IOPS; depth-1 p50 $p50 us, p99 $p99 us, $iops1 IOPS"
@@ -71,5 +77,21 @@ def p99(v):
     v = sorted(v)
     return v[min(len(v) - 1, int(len(v) * 0.99))]
 print("depth-1 p99 us per second:", " ".join("%.0f" % p99(per[s]) for s in sorted(per)))
+every = [v for s in per.values() for v in s]
+print("depth-1 requests over 1 ms (fio): %d of %d" % (sum(v > 1024 for v in every), len(every)))
+def buckets(path, name):
+    b = {}
+    for l in open(path):
+        m = re.match(name + r'_bucket\{le="([^"]+)"\} (\d+)', l)
+        if m:
+            b[m.group(1)] = int(m.group(2))
+    return b
+for name in ("mariner_ack_latency_seconds", "mariner_log_device_write_seconds"):
+    a, z = buckets(out + "/metrics-before.txt", name), buckets(out + "/metrics-after.txt", name)
+    if "+Inf" in a and "+Inf" in z:
+        n = z["+Inf"] - a["+Inf"]
+        le = min((k for k in z if k != "+Inf"), key=lambda k: abs(float(k) - 0.001024))
+        fast = z[le] - a.get(le, 0)
+        print("  %s in the phase: %d, over 1 ms: %d" % (name, n, n - fast))
 PY
 grep "applied records to the base" "$OUT/serve.log" | sed 's/^.*base images /roll round: /' || true
