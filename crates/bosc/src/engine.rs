@@ -168,6 +168,28 @@ pub struct BoscConfig {
     /// commit delays the own log's writes on the same device. 0: never (a data disk that is
     /// not sparse, or a device, has no holes and costs one query per fill either way).
     pub fill_ahead_bytes: u64,
+    /// Called before each piece ([`WriteGap::PIECE`] bytes) of a commit's in-place writes is
+    /// handed to the device, ahead of the batch's sync; `None`: the batch is synced whole.
+    pub write_gap: Option<WriteGap>,
+}
+
+/// What a commit calls before each piece of its in-place writes goes to the device: the
+/// owner waits there for a gap in its own writes on the same device (history: between two
+/// of the log's writes, while its threads are in the background class). A 128 KiB run
+/// synced at once takes the device for about a millisecond, and a log write arriving then
+/// waits for all of it.
+#[derive(Clone)]
+pub struct WriteGap(pub Arc<dyn Fn() + Send + Sync>);
+
+impl WriteGap {
+    /// Bytes handed to the device at a time.
+    pub const PIECE: u64 = 16 << 10;
+}
+
+impl std::fmt::Debug for WriteGap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WriteGap")
+    }
 }
 
 impl Default for BoscConfig {
@@ -187,6 +209,7 @@ impl Default for BoscConfig {
             image_share: 1.0,
             cpu_class: None,
             fill_ahead_bytes: 8 << 20,
+            write_gap: None,
         }
     }
 }

@@ -44,7 +44,7 @@ pub mod runs;
 
 mod engine;
 
-pub use engine::{BlockApp, Bosc, BoscConfig, BoscStats, Change, Durability, OpenReport};
+pub use engine::{BlockApp, Bosc, BoscConfig, BoscStats, Change, Durability, OpenReport, WriteGap};
 pub use format::Op;
 
 /// What can go wrong.

@@ -16,10 +16,11 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use mariner_bosc::WriteGap;
 use mariner_cpuclass::CpuClass;
 use mariner_disk::Disk;
 use mariner_log::clock::{Clock, SystemClock};
-use mariner_log::{HoldKind, Holder, HolderSpec, Log, RecordKind, Recovery};
+use mariner_log::{DeviceBusy, HoldKind, Holder, HolderSpec, Log, RecordKind, Recovery};
 
 use crate::sink::{entry_of, note_in_view, void_entry};
 
@@ -145,6 +146,9 @@ pub(crate) struct Inner {
     pub(crate) wake: Condvar,
     indexer: Mutex<Indexer>,
     pub log: OnceLock<Log>,
+    /// The log's device writes in flight, once started: what the index's commits wait for a
+    /// gap in.
+    pub(crate) log_busy: Arc<OnceLock<Arc<DeviceBusy>>>,
     pub holder: OnceLock<Holder>,
     pub stats: HistoryStats,
     pub(crate) stop: AtomicBool,
@@ -260,8 +264,20 @@ impl History {
         } else {
             CpuClass::normal_only()
         });
+        // The index's commits write between the log's writes while history keeps pace (the
+        // log's device count is known once history starts).
+        let log_busy: Arc<OnceLock<Arc<DeviceBusy>>> = Arc::default();
+        let write_gap = {
+            let (busy, cpu) = (Arc::clone(&log_busy), Arc::clone(&cpu));
+            WriteGap(Arc::new(move || {
+                if let Some(b) = busy.get().filter(|_| cpu.is_background()) {
+                    b.wait_idle(crate::roll::YIELD_MAX);
+                }
+            }))
+        };
         let index_cfg = IndexConfig {
             cpu_class: Some(Arc::clone(&cpu)),
+            write_gap: Some(write_gap),
             ..cfg.index.clone()
         };
         let (digests, opened) = Digests::open(Arc::clone(&files), DIGEST_PREFIX)?;
@@ -321,6 +337,7 @@ impl History {
                 ..Indexer::default()
             }),
             log: OnceLock::new(),
+            log_busy,
             holder: OnceLock::new(),
             stats,
             stop: AtomicBool::new(false),
@@ -367,6 +384,7 @@ impl History {
                 recovery.replay.after_seq()
             ))
         })?;
+        let _ = inner.log_busy.set(Arc::clone(&log.stats().busy));
         let _ = inner.log.set(log.clone());
         let _ = inner.holder.set(holder);
         if let Some(cut) = inner.cut_before_start(&recovery.first_kept, indexed)? {

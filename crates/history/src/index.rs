@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use mariner_bosc::btree::{BPlusTree, Key, LeafApp};
-use mariner_bosc::{Bosc, BoscConfig, Durability};
+use mariner_bosc::{Bosc, BoscConfig, Durability, WriteGap};
 use mariner_cpuclass::CpuClass;
 use mariner_log::{Log, LogAddr, LogConfig, RecordKind};
 
@@ -84,6 +84,9 @@ pub struct IndexConfig {
     pub background: Option<Duration>,
     /// The CPU class of BOSC's threads (history's, which it moves).
     pub cpu_class: Option<Arc<CpuClass>>,
+    /// What BOSC's commits wait in before each piece of their writes (history's: a gap
+    /// between the log's writes, `Inner::write_gap`).
+    pub write_gap: Option<WriteGap>,
 }
 
 impl Default for IndexConfig {
@@ -96,6 +99,7 @@ impl Default for IndexConfig {
             log_segment_bytes: 4 << 20,
             background: Some(Duration::from_millis(10)),
             cpu_class: None,
+            write_gap: None,
         }
     }
 }
@@ -121,6 +125,7 @@ impl IndexConfig {
             // for an index formatted now: a disk keeps its own.
             dw_runs: 0,
             cpu_class: self.cpu_class.clone(),
+            write_gap: self.write_gap.clone(),
             ..BoscConfig::default()
         }
     }

@@ -11,8 +11,9 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::PoisonError;
+use std::time::{Duration, Instant};
 
-use mariner_log::{LogAddr, RecordKind, RECORD_HEADER_LEN};
+use mariner_log::{DeviceBusy, LogAddr, RecordKind, RECORD_HEADER_LEN};
 
 use crate::engine::{base_name, io_err, lock, Inner};
 use crate::state::FLAG_BROKEN;
@@ -28,8 +29,15 @@ const NEAR_GAP: u64 = 64 << 10;
 /// before its sync ([`mariner_disk::Disk::write_out`]). A round writes 100–130 MB of 4 KiB
 /// pieces every 5 s under a writer at ~30 k/s; synced at once, they took the device for
 /// 110–240 ms, every log write in that time waited behind them, and a depth-1 writer's p99
-/// was 872 µs against 251 µs without history (docs/benchmarks.md).
-const WRITE_OUT_BYTES: u64 = 32 << 10;
+/// was 872 µs against 251 µs without history (docs/benchmarks.md). 16 KiB (four random
+/// 4 KiB writes) fits the gap between two of a depth-1 writer's log writes ([`Pace`]).
+const WRITE_OUT_BYTES: u64 = 16 << 10;
+
+/// The longest a piece waits for a gap between the log's device writes.
+pub(crate) const YIELD_MAX: Duration = Duration::from_millis(2);
+
+/// The longest a round's write-out is spread over ([`Pace`]).
+const PACE_MAX: Duration = Duration::from_secs(5);
 
 /// A range of a base to be written from one record's payload.
 #[derive(Debug, Clone, Copy)]
@@ -79,7 +87,7 @@ impl Inner {
                 plans.entry(e.volume).or_default().put(e.offset, end, i);
             }
         }
-        let started = std::time::Instant::now();
+        let started = Instant::now();
         // Bases grown to what the round writes, trims punched; the writes' pieces collected.
         let mut pieces = Vec::new();
         for (id, plan) in &plans {
@@ -110,11 +118,11 @@ impl Inner {
         let mut buf = Vec::new();
         let mut writes = 0u64;
         let mut bytes = 0u64;
-        let mut read_time = std::time::Duration::ZERO;
+        let mut read_time = Duration::ZERO;
         let span = NEAR_SPAN.min(log.max_read_following());
         for group in near_groups(&pieces, entries, span) {
             let records: Vec<(LogAddr, u64, u32)> = dedup_records(group, entries);
-            let t = std::time::Instant::now();
+            let t = Instant::now();
             let got = log.read_near(&records, &mut buf)?;
             read_time += t.elapsed();
             // Per record, its payload's range in `buf`, or `None`: reused — a record in its
@@ -169,9 +177,23 @@ impl Inner {
         let mut ranges: Vec<(u32, u64, u64)> =
             pieces.iter().map(|p| (p.volume, p.start, p.end)).collect();
         ranges.sort_unstable();
+        // Spread over half the time the round's records took to arrive (twice their rate is
+        // keeping pace), unless the log is pressed: then as fast as the device goes.
+        let arrived = match (entries.first(), entries.last()) {
+            (Some(a), Some(z)) => {
+                Duration::from_nanos(z.timestamp_ns.saturating_sub(a.timestamp_ns))
+            }
+            _ => Duration::ZERO,
+        };
+        let budget = if self.log_pressed() {
+            Duration::ZERO
+        } else {
+            (arrived / 2).min(PACE_MAX)
+        };
+        let mut pace = Pace::new(&log.stats().busy, budget, bytes);
         for same in ranges.chunk_by(|a, b| a.0 == b.0) {
             if let Some(disk) = bases.get(&same[0].0) {
-                write_out_paced(disk.as_ref(), same, || self.turn_after())
+                write_out_paced(disk.as_ref(), same, &mut pace, || self.turn_after())
                     .map_err(io_err(self.files.as_ref(), &base_name(same[0].0)))?;
             }
         }
@@ -190,6 +212,9 @@ impl Inner {
             sync_ms = (started.elapsed() - paced).as_millis(),
             writes,
             bytes,
+            budget_ms = budget.as_millis(),
+            yielded = pace.waited,
+            gaps = pace.found,
             "history applied records to the base images"
         );
         {
@@ -248,12 +273,61 @@ impl Inner {
     }
 }
 
+/// A round's write-out schedule. While the pieces handed to the device are ahead of a
+/// straight line from nothing at the start to everything at `budget`, each waits (at most
+/// [`YIELD_MAX`]) for a moment when no log write is on the device ([`DeviceBusy`]), so that
+/// it lands in the gap between a depth-1 writer's log writes rather than in front of one.
+/// Behind the line, pieces go at once: the round takes about `budget`, or as long as the
+/// device needs, never the sum of the waits. In seconds when the roll wrote its pieces back
+/// to back (200 MB/s), a depth-1 writer's requests between 0.4 and 1 ms rose from ~10 to
+/// 400–900 a second (docs/benchmarks.md, issue 17).
+struct Pace<'a> {
+    busy: &'a DeviceBusy,
+    started: Instant,
+    budget: Duration,
+    total: u64,
+    done: u64,
+    /// Pieces that waited for a gap, and how many found one.
+    waited: u64,
+    found: u64,
+}
+
+impl<'a> Pace<'a> {
+    fn new(busy: &'a DeviceBusy, budget: Duration, total: u64) -> Self {
+        Self {
+            busy,
+            started: Instant::now(),
+            budget,
+            total,
+            done: 0,
+            waited: 0,
+            found: 0,
+        }
+    }
+
+    /// Before a piece of `bytes`: waits for a gap if ahead of the schedule.
+    fn before(&mut self, bytes: u64) {
+        if self.total > 0 && !self.budget.is_zero() {
+            let share = self.done as f64 / self.total as f64;
+            let time = self.started.elapsed().as_secs_f64() / self.budget.as_secs_f64();
+            if share >= time {
+                self.waited += 1;
+                if self.busy.wait_idle(YIELD_MAX) {
+                    self.found += 1;
+                }
+            }
+        }
+        self.done += bytes;
+    }
+}
+
 /// Hands one base's written `ranges` (sorted by offset) to the device in pieces of
-/// [`WRITE_OUT_BYTES`], each waited for before the next, each in history's I/O turn
-/// (`Inner::io_turn`, taken by `turn`).
+/// [`WRITE_OUT_BYTES`], each waited for before the next, each at its moment (`pace`) and in
+/// history's I/O turn (`Inner::io_turn`, taken by `turn`).
 fn write_out_paced<'a>(
     disk: &dyn mariner_disk::Disk,
     ranges: &[(u32, u64, u64)],
+    pace: &mut Pace<'_>,
     turn: impl Fn() -> std::sync::MutexGuard<'a, ()>,
 ) -> std::io::Result<()> {
     let mut rest = ranges;
@@ -264,6 +338,7 @@ fn write_out_paced<'a>(
             bytes += e - s;
             n += 1;
         }
+        pace.before(bytes);
         {
             let _turn = turn();
             disk.write_out(start, end - start)?;

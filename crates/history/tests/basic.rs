@@ -27,6 +27,7 @@ fn small_index() -> IndexConfig {
         log_segment_bytes: 256 << 10,
         background: None,
         cpu_class: None,
+        write_gap: None,
     }
 }
 

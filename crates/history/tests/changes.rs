@@ -63,6 +63,7 @@ fn open() -> (Log, History, Arc<VirtualClock>) {
             log_segment_bytes: 256 << 10,
             background: None,
             cpu_class: None,
+            write_gap: None,
         },
         batch_records: 256,
         background: false,

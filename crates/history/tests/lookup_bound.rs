@@ -42,6 +42,7 @@ fn a_cold_block_beside_a_hot_one_costs_the_same_lookups() {
         log_segment_bytes: 1 << 20,
         background: None,
         cpu_class: None,
+        write_gap: None,
     };
     LtIndex::create(&files, &cfg).unwrap();
     let ix = LtIndex::open(&files, &cfg, BTreeMap::new()).unwrap();

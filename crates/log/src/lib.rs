@@ -13,6 +13,7 @@
 //! only behind every holder's watermark, or past a shrinkable or bounded one as its kind
 //! allows.
 
+pub mod busy;
 pub mod clock;
 pub mod format;
 pub mod fuzzing;
@@ -44,6 +45,7 @@ use mariner_disk::Disk;
 use mariner_placement::{Policy, PolicyConfig};
 use tokio::sync::oneshot;
 
+pub use busy::DeviceBusy;
 pub use dispatch::Dispatch;
 pub use error::{FormatError, LogError};
 pub use format::{LogAddr, RecordHeader, RecordKind, Superblock, DATA_OFFSET, RECORD_HEADER_LEN};

@@ -79,6 +79,8 @@ pub struct LogStats {
     /// Highest sequence number made durable, and the release watermark.
     pub durable_seq: AtomicU64,
     pub released_seq: AtomicU64,
+    /// Device writes in flight, for background writers that wait for a gap between them.
+    pub busy: std::sync::Arc<crate::DeviceBusy>,
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use super::memory::State;
 use super::pending::{group_of, GROUP_BLOCKS};
 use super::query::block_lsns;
-use super::{homes, lock, BlockApp, Inner};
+use super::{homes, lock, BlockApp, Inner, WriteGap};
 use crate::format::{seal_block, Checkpoint, BLOCK_HEADER_LEN};
 use crate::runs::{plan_runs, Run};
 use crate::Error;
@@ -463,6 +463,18 @@ impl<A: BlockApp> Inner<A> {
         for (run, buf) in &batch.runs {
             let _gate = self.gate.write().unwrap_or_else(PoisonError::into_inner);
             self.disk.write_at(buf, self.geo.block_offset(run.start))?;
+        }
+        if let Some(gap) = &self.cfg.write_gap {
+            for (run, _) in &batch.runs {
+                let mut at = self.geo.block_offset(run.start);
+                let end = self.geo.block_offset(run.start + run.len);
+                while at < end {
+                    let n = WriteGap::PIECE.min(end - at);
+                    (gap.0)();
+                    self.disk.write_out(at, n)?;
+                    at += n;
+                }
+            }
         }
         self.disk.sync()?;
         Ok(())

@@ -45,6 +45,7 @@ pub fn engine_cfg(blocks: u64, budget: usize) -> BoscConfig {
         sweep_full_above: 0.0,
         image_share: 1.0,
         cpu_class: None,
+        write_gap: None,
         // The faulty disks report no holes, so fills never write (the fill is tested on a
         // sparse file in the engine's unit tests).
         fill_ahead_bytes: 8 << 20,

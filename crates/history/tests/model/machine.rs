@@ -169,6 +169,7 @@ pub fn history_cfg(window: Duration) -> HistoryConfig {
             log_segment_bytes: 64 << 10,
             background: Some(Duration::from_millis(2)),
             cpu_class: None,
+            write_gap: None,
         },
         batch_records: 16,
         state_interval: Duration::ZERO,

@@ -31,6 +31,7 @@ pub fn cfg(window: Duration) -> HistoryConfig {
             log_segment_bytes: 256 << 10,
             background: None,
             cpu_class: None,
+            write_gap: None,
         },
         batch_records: 64,
         background: false,

@@ -95,11 +95,15 @@ pub(super) fn device_loop(ctx: &DeviceCtx, jobs: &Mutex<Receiver<DevJob>>, share
 
 /// Writes a batch and makes it durable.
 pub(crate) fn write_job(ctx: &DeviceCtx, job: &DevJob) -> std::io::Result<()> {
-    ctx.disk.write_at(&job.buf, job.offset)?;
-    if ctx.sync_each_write {
-        ctx.disk.sync()?;
-    }
-    Ok(())
+    ctx.stats.busy.started();
+    let written = ctx.disk.write_at(&job.buf, job.offset).and_then(|()| {
+        if ctx.sync_each_write {
+            ctx.disk.sync()?;
+        }
+        Ok(())
+    });
+    ctx.stats.busy.finished();
+    written
 }
 
 /// A batch's write finished with `result`: acknowledges what is durable in order, tells the

@@ -66,8 +66,9 @@ pub(crate) fn config(cfg: &Config) -> HistoryConfig {
             log_bytes: 32 << 20,
             log_segment_bytes: 1 << 20,
             background: Some(std::time::Duration::from_millis(10)),
-            // History sets it.
+            // History sets them.
             cpu_class: None,
+            write_gap: None,
         },
         kind: match h.policy {
             HistoryPolicy::Shrink => HoldKind::Shrinkable,
