@@ -85,7 +85,7 @@ pub struct IndexConfig {
     /// The CPU class of BOSC's threads (history's, which it moves).
     pub cpu_class: Option<Arc<CpuClass>>,
     /// What BOSC's commits wait in before each piece of their writes (history's: a gap
-    /// between the log's writes, `Inner::write_gap`).
+    /// between the log's writes, made in `History::open`).
     pub write_gap: Option<WriteGap>,
 }
 
