@@ -367,8 +367,8 @@ impl<A: BlockApp> Inner<A> {
         })
     }
 
-    /// Blocks written with one sync: the double-write area's, one run without one, or
-    /// [`homes::BATCH_EXTENTS`] extents.
+    /// Blocks written with one sync: the double-write area's, [`crate::format::NO_DW_BATCH_RUNS`]
+    /// runs without one, or [`homes::BATCH_EXTENTS`] extents.
     fn batch_limit(&self) -> u64 {
         if self.homes.is_some() {
             homes::BATCH_EXTENTS * u64::from(self.geo.max_run)
