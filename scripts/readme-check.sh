@@ -7,6 +7,11 @@
 # The clone builds into this checkout's target directory (CARGO_TARGET_DIR) so dependencies
 # are not compiled twice, and lives at a fixed place under it (target/readme-clone) so a second
 # run rebuilds only what changed; the command itself is the README's, unchanged, run in the clone.
+# The clone is removed on exit: its build leaves this checkout's crates fingerprinted against
+# the clone's source files, so while those exist cargo takes the artifacts for fresh and a
+# build here ignores edits made since (a benchmark after the test suite ran the clone's binary
+# of the tested commit, not the working tree's; 2026-12-03). With them gone, the next build
+# here recompiles the workspace's crates from this checkout.
 # Needs the README's default ports 10809 and 3260 free on 127.0.0.1. Bounded: the build is
 # timed by cargo, the start-up wait by a 120 s limit.
 # Usage: scripts/readme-check.sh
@@ -18,7 +23,7 @@ mkdir -p "$scratch"
 server=""
 cleanup() {
   if [ -n "$server" ] && kill -0 "$server" 2>/dev/null; then kill -9 -- "-$server" 2>/dev/null || true; fi
-  rm -rf "$scratch/mariner/mariner-data"
+  rm -rf "$scratch/mariner"
 }
 trap cleanup EXIT
 fail() { echo "readme-check: $*" >&2; [ -f "$scratch/serve.log" ] && tail -20 "$scratch/serve.log" >&2; exit 1; }
