@@ -36,8 +36,11 @@ const WRITE_OUT_BYTES: u64 = 16 << 10;
 /// The longest a piece waits for a gap between the log's device writes.
 pub(crate) const YIELD_MAX: Duration = Duration::from_millis(2);
 
-/// The longest a round's write-out is spread over ([`Pace`]).
-const PACE_MAX: Duration = Duration::from_secs(5);
+/// The longest a round's write-out is spread over ([`Pace`]): two thirds of the interval
+/// between expiry rounds. At 5 s, a slow disk's write-out of a 256 MiB round (5.8–7.9 s flat
+/// out) was always behind the line and no piece waited for a gap (bench/history-trace.sh,
+/// 2026-12-03).
+const PACE_MAX: Duration = Duration::from_secs(10);
 
 /// A range of a base to be written from one record's payload.
 #[derive(Debug, Clone, Copy)]
@@ -177,8 +180,9 @@ impl Inner {
         let mut ranges: Vec<(u32, u64, u64)> =
             pieces.iter().map(|p| (p.volume, p.start, p.end)).collect();
         ranges.sort_unstable();
-        // Spread over half the time the round's records took to arrive (twice their rate is
-        // keeping pace), unless the log is pressed: then as fast as the device goes.
+        // Spread over three quarters of the time the round's records took to arrive (a third
+        // above their rate keeps pace), unless the log is pressed: then as fast as the device
+        // goes.
         let arrived = match (entries.first(), entries.last()) {
             (Some(a), Some(z)) => {
                 Duration::from_nanos(z.timestamp_ns.saturating_sub(a.timestamp_ns))
@@ -188,7 +192,7 @@ impl Inner {
         let budget = if self.log_pressed() {
             Duration::ZERO
         } else {
-            (arrived / 2).min(PACE_MAX)
+            (arrived * 3 / 4).min(PACE_MAX)
         };
         let mut pace = Pace::new(&log.stats().busy, budget, bytes);
         for same in ranges.chunk_by(|a, b| a.0 == b.0) {
