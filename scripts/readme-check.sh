@@ -5,8 +5,8 @@
 # qemu-io over NBD, iscsi-inq over iSCSI), then stopped with Ctrl-C (SIGINT), which must exit 0.
 #
 # The clone builds into this checkout's target directory (CARGO_TARGET_DIR) so dependencies
-# are not compiled twice, and lives at a fixed place under it (target/readme-clone) so a second
-# run rebuilds only what changed; the command itself is the README's, unchanged, run in the clone.
+# are not compiled twice, and lives under it (target/readme-clone); the command itself is the
+# README's, unchanged, run in the clone.
 # The clone is removed on exit: its build leaves this checkout's crates fingerprinted against
 # the clone's source files, so while those exist cargo takes the artifacts for fresh and a
 # build here ignores edits made since (a benchmark after the test suite ran the clone's binary

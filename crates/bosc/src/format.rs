@@ -89,8 +89,8 @@ pub struct Geometry {
 /// ([`crate::engine`]'s `find_torn`: every block of an unsynced batch still has modifications
 /// queued), so the batch only sets how often the device's cache is flushed. One run per sync
 /// flushed ~60 times a second under history's 1 MiB index budget while a depth-1 writer ran,
-/// and each flush that met one of the log's writes made it wait (bench/history-trace.sh: ~12
-/// requests over 1 ms a second against ~2 with history off); eight, ~8 flushes and ~5-8.
+/// and each flush that met one of the log's writes made it wait (bench/history-trace.sh: 11–13
+/// requests over 1 ms a second where history off had 0–3); eight runs, ~9 flushes and 5–15.
 pub const NO_DW_BATCH_RUNS: u64 = 8;
 
 impl Geometry {
