@@ -168,7 +168,7 @@ pub struct BoscConfig {
     /// commit delays the own log's writes on the same device. 0: never (a data disk that is
     /// not sparse, or a device, has no holes and costs one query per fill either way).
     pub fill_ahead_bytes: u64,
-    /// Called before each piece ([`WriteGap::PIECE`] bytes) of a commit's in-place writes is
+    /// Called before each piece ([`mariner_log::DeviceBusy::PIECE`] bytes) of a commit's in-place writes is
     /// handed to the device, ahead of the batch's sync; `None`: the batch is synced whole.
     pub write_gap: Option<WriteGap>,
 }
@@ -180,11 +180,6 @@ pub struct BoscConfig {
 /// waits for all of it.
 #[derive(Clone)]
 pub struct WriteGap(pub Arc<dyn Fn() + Send + Sync>);
-
-impl WriteGap {
-    /// Bytes handed to the device at a time.
-    pub const PIECE: u64 = 16 << 10;
-}
 
 impl std::fmt::Debug for WriteGap {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -86,7 +86,7 @@ pub struct Geometry {
 
 /// Runs a commit writes in place with one sync when there is no double-write area (as many
 /// as the default area holds). Without one a torn block is found at open, whatever the batch
-/// ([`crate::engine`]'s `find_torn`: every block of an unsynced batch still has modifications
+/// (the engine's `find_torn`: every block of an unsynced batch still has modifications
 /// queued), so the batch only sets how often the device's cache is flushed. One run per sync
 /// flushed ~60 times a second under history's 1 MiB index budget while a depth-1 writer ran,
 /// and each flush that met one of the log's writes made it wait (bench/history-trace.sh: 11–13

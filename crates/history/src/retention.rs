@@ -50,7 +50,7 @@ const SHRINK_TO: f64 = 0.4;
 /// barely moved (docs/benchmarks.md, thirty-first session). The log holds that much longer
 /// than the window, nothing else; a log filling past `PRESSURE` rolls at once whatever the
 /// interval.
-const ROLL_INTERVAL: std::time::Duration = std::time::Duration::from_secs(15);
+pub(crate) const ROLL_INTERVAL: std::time::Duration = std::time::Duration::from_secs(15);
 
 /// When the next roll-forward for expiry can be due.
 #[derive(Debug, Default)]

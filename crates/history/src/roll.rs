@@ -29,18 +29,19 @@ const NEAR_GAP: u64 = 64 << 10;
 /// before its sync ([`mariner_disk::Disk::write_out`]). A round writes 100–130 MB of 4 KiB
 /// pieces every 5 s under a writer at ~30 k/s; synced at once, they took the device for
 /// 110–240 ms, every log write in that time waited behind them, and a depth-1 writer's p99
-/// was 872 µs against 251 µs without history (docs/benchmarks.md). 16 KiB (four random
-/// 4 KiB writes) fits the gap between two of a depth-1 writer's log writes ([`Pace`]).
-const WRITE_OUT_BYTES: u64 = 16 << 10;
+/// was 872 µs against 251 µs without history (docs/benchmarks.md). The log's gap piece
+/// fits between two of a depth-1 writer's log writes ([`Pace`]).
+const WRITE_OUT_BYTES: u64 = DeviceBusy::PIECE;
 
 /// The longest a piece waits for a gap between the log's device writes.
 pub(crate) const YIELD_MAX: Duration = Duration::from_millis(2);
 
 /// The longest a round's write-out is spread over ([`Pace`]): two thirds of the interval
-/// between expiry rounds. At 5 s, a slow disk's write-out of a 256 MiB round (5.8–7.9 s flat
+/// between expiry rounds (10 s). At 5 s, a slow disk's write-out of a 256 MiB round (5.8–7.9 s flat
 /// out) was always behind the line and no piece waited for a gap (bench/history-trace.sh,
 /// 2026-12-03).
-const PACE_MAX: Duration = Duration::from_secs(10);
+const PACE_MAX: Duration =
+    Duration::from_millis(crate::retention::ROLL_INTERVAL.as_millis() as u64 * 2 / 3);
 
 /// A range of a base to be written from one record's payload.
 #[derive(Debug, Clone, Copy)]

@@ -24,6 +24,11 @@ pub struct DeviceBusy {
 }
 
 impl DeviceBusy {
+    /// The most a background writer hands the device per gap: 16 KiB (four random 4 KiB
+    /// writes) fits between two of a depth-1 writer's log writes. History's base write-out
+    /// and BOSC's index commits both go in pieces of it.
+    pub const PIECE: u64 = 16 << 10;
+
     /// A device write (and its sync) begins.
     pub(crate) fn started(&self) {
         self.in_flight.fetch_add(1, SeqCst);

@@ -10,10 +10,12 @@ use std::sync::atomic::Ordering;
 use std::sync::PoisonError;
 use std::time::{Duration, Instant};
 
+use mariner_log::DeviceBusy;
+
 use super::memory::State;
 use super::pending::{group_of, GROUP_BLOCKS};
 use super::query::block_lsns;
-use super::{homes, lock, BlockApp, Inner, WriteGap};
+use super::{homes, lock, BlockApp, Inner};
 use crate::format::{seal_block, Checkpoint, BLOCK_HEADER_LEN};
 use crate::runs::{plan_runs, Run};
 use crate::Error;
@@ -469,7 +471,7 @@ impl<A: BlockApp> Inner<A> {
                 let mut at = self.geo.block_offset(run.start);
                 let end = self.geo.block_offset(run.start + run.len);
                 while at < end {
-                    let n = WriteGap::PIECE.min(end - at);
+                    let n = DeviceBusy::PIECE.min(end - at);
                     (gap.0)();
                     self.disk.write_out(at, n)?;
                     at += n;
