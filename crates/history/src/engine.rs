@@ -59,9 +59,12 @@ pub struct HistoryConfig {
     pub kind: HoldKind,
     /// A rollback saves its cursor after this many bytes written (`rollback.rs`).
     pub rollback_save_bytes: u64,
-    /// Most sequence numbers one roll-forward round, or one round of a prune, takes on (their
-    /// digest entries are in memory meanwhile; `retention.rs`).
+    /// Most digest entries read at once: one round of a prune, one chunk of a roll-forward
+    /// round's scan, which passes at most 16 of them (they are in memory meanwhile;
+    /// `retention.rs`).
     pub round_records: u64,
+    /// Most distinct ranges one roll-forward round writes (`round.rs`).
+    pub round_pieces: usize,
     /// No roll-forward until the log has cut history once (tests of what follows a cut;
     /// `[test] history_rolls_stalled_until_cut`).
     pub rolls_stalled_until_cut: bool,
@@ -80,6 +83,7 @@ impl Default for HistoryConfig {
             kind: HoldKind::Shrinkable,
             rollback_save_bytes: 4 << 20,
             round_records: crate::retention::ROUND_RECORDS,
+            round_pieces: crate::retention::ROUND_PIECES,
             rolls_stalled_until_cut: false,
         }
     }
@@ -391,7 +395,7 @@ impl History {
             inner.note_cut(cut);
         }
         inner.finish_roll_forward()?;
-        inner.prune(None)?;
+        inner.prune()?;
         let mut replayed = Vec::new();
         log.replay::<HistoryError>(&plan, |found, _payload| {
             replayed.push(entry_of(&found.header, found.addr));

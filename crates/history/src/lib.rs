@@ -35,6 +35,7 @@ mod retention;
 mod roll;
 mod rollback;
 pub mod rollback_file;
+mod round;
 mod seed;
 mod sink;
 pub mod state;

@@ -21,7 +21,7 @@
 //! record numbered above its oldest pin, and a volume whose base stands at its pin sits out
 //! expiry rounds (so it does not hold back the others'); shrinking ignores pins.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::ops::ControlFlow;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::MutexGuard;
@@ -30,27 +30,37 @@ use mariner_log::{HoldKind, Holder};
 
 use crate::engine::{lock, Inner};
 use crate::pins::Pins;
+use crate::round::{Plan, Scan, Shrink, VolumeScan};
 use crate::state::FLAG_BROKEN;
 use crate::{DigestEntry, HistoryError};
 
-/// Most records one roll-forward round applies (their digest entries, 64 bytes each, are in
-/// memory while it runs: 16 MiB); the default of `HistoryConfig::round_records`.
+/// Most records read from the digests at once (a round's scan, a prune's round: their
+/// entries, 56 bytes each, are in memory meanwhile: 14 MiB); the default of
+/// `HistoryConfig::round_records`. A round passes at most `ROUND_CHUNKS` of them.
 pub(crate) const ROUND_RECORDS: u64 = 262_144;
+/// Most chunks of `round_records` one round passes (4 M records by default: at ~30 k
+/// writes/s, 140 s of them): a round's scan costs CPU per record, and holds the rounds' lock.
+const ROUND_CHUNKS: u64 = 16;
+/// Most distinct ranges one round writes (the default of `HistoryConfig::round_pieces`):
+/// 512 MiB of 4 KiB writes; in memory while it runs, ~100 bytes each.
+pub(crate) const ROUND_PIECES: usize = 131_072;
 /// Share of the log history may hold before it rolls forward early (shrinks).
 const PRESSURE: f64 = 0.6;
 /// Share of the log a shrink brings what history holds back to.
 const SHRINK_TO: f64 = 0.4;
-/// Expiry rolls forward at most this often (shrinking, whenever the log is pressed); a round
-/// cut short by `ROUND_RECORDS` goes on at once. A round writes each block once, its newest
-/// version, so the base's writes per record fall with the records per round wherever blocks
-/// are overwritten: 4 KiB random writes over 256 MiB at ~30 k/s wrote 3.9 KiB of base per
-/// record in rounds a second apart (16,384 records at most; 0.84x the IOPS without history),
-/// 2.56 KiB in rounds 5 s apart (131,072 at most; 0.89x); rounds 15 s apart (262,144 at most)
-/// halved the roll-forward's MB/s in bench/history-overhead.sh, though the depth-1 p99 ratio
-/// barely moved (docs/benchmarks.md, thirty-first session). The log holds that much longer
-/// than the window, nothing else; a log filling past `PRESSURE` rolls at once whatever the
-/// interval.
+/// Expiry rolls forward at most this often (shrinking, whenever the log is pressed)...
 pub(crate) const ROLL_INTERVAL: std::time::Duration = std::time::Duration::from_secs(15);
+/// ...and waits for records past their window to fill `EXPIRED_SHARE` of the log, at most
+/// this long. A round writes each block once, its newest version, so the base's writes per
+/// record fall with the records per round wherever blocks are overwritten: 4 KiB random
+/// writes over 256 MiB at ~30 k/s wrote 3.9 KiB of base per record in rounds a second apart,
+/// 2.56 KiB in rounds 5 s apart, and in rounds 15 s apart each round rewrote the whole
+/// 256 MiB (docs/benchmarks.md, 31st and 34th sessions). Expired records are only kept
+/// longer: the log holds them, nothing else.
+pub(crate) const ROLL_INTERVAL_MAX: std::time::Duration = std::time::Duration::from_secs(120);
+/// Share of the log the records past their window may fill before expiry rolls them (well
+/// under `PRESSURE` with the window's own share and a round's time of writes on top).
+const EXPIRED_SHARE: f64 = 0.3;
 
 /// When the next roll-forward for expiry can be due.
 #[derive(Debug, Default)]
@@ -58,6 +68,8 @@ pub(crate) struct RollDue {
     /// The wall-clock time at which the oldest record kept leaves its volume's window, when
     /// known (0: unknown).
     pub next_wall: u64,
+    /// That record's timestamp (0: unknown).
+    pub oldest_kept: u64,
     pub last: Option<std::time::Instant>,
 }
 
@@ -79,21 +91,9 @@ impl Inner {
         }
         let now = self.clock.wall_ns();
         let pressed = self.log_pressed();
-        if !pressed {
-            // Nothing reads the digests until the oldest record kept is due, and rounds of
-            // expiry come at most every ROLL_INTERVAL, so each syncs a batch of them.
-            let due = lock(&self.roll_due);
-            if due.next_wall > now
-                || due
-                    .last
-                    .is_some_and(|t| self.clock.now().saturating_duration_since(t) < ROLL_INTERVAL)
-            {
-                return Ok(());
-            }
+        if !pressed && !self.expiry_due(now) {
+            return Ok(());
         }
-        // Held until the readers' floors are raised (`roll_forward`): `pin` checks the window
-        // under it, so a pin is either refused as expired or respected here.
-        let pins = lock(&self.pins);
         let (bases, indexed) = {
             let st = lock(&self.state);
             let bases: BTreeMap<u32, crate::state::VolumeState> = st
@@ -104,17 +104,24 @@ impl Inner {
                 .collect();
             (bases, st.indexed_seq)
         };
+        // The pins as the scan starts; checked again before the floors rise (`pin` checks
+        // the window under the pins' lock, so a pin is either refused as expired or seen).
+        let pinned: BTreeMap<u32, u64> = {
+            let pins = lock(&self.pins);
+            bases
+                .keys()
+                .filter_map(|&id| pins.oldest(id).map(|p| (id, p)))
+                .collect()
+        };
         // A volume whose base has reached its oldest pin cannot move by expiry: it does not
         // hold the others' rounds back (it still bounds what the log keeps). Shrinking passes
         // pins, so then every volume counts.
-        let stuck: BTreeSet<u32> = bases
-            .iter()
-            .filter(|(&id, v)| pins.oldest(id).is_some_and(|p| p <= v.base_vseq))
-            .map(|(&id, _)| id)
-            .collect();
+        let stuck = |id: &u32, v: &crate::state::VolumeState| {
+            pinned.get(id).is_some_and(|&p| p <= v.base_vseq)
+        };
         let Some(from) = bases
             .iter()
-            .filter(|(id, _)| pressed || !stuck.contains(id))
+            .filter(|(id, v)| pressed || !stuck(id, v))
             .map(|(_, v)| v.base_seq)
             .min()
         else {
@@ -123,99 +130,143 @@ impl Inner {
         if from >= indexed {
             return Ok(());
         }
-        let through = indexed.min(from.saturating_add(self.cfg.round_records));
-        let mut entries = Vec::new();
-        lock(&self.digests).for_each(from, through, None, |e| {
-            entries.push(*e);
-            Ok(())
-        })?;
-        // Expiry, volume by volume: a volume's base goes up to just before its first record
-        // still inside its window (past other volumes' records: its base does not change
-        // there), and is then as of its last record that left.
-        let mut targets: BTreeMap<u32, Target> = BTreeMap::new();
-        let mut next_wall = u64::MAX;
-        for (&id, v) in &bases {
-            if stuck.contains(&id) {
-                continue;
-            }
-            let pin = pins.oldest(id).unwrap_or(u64::MAX);
-            let window = nanos(self.window_of(id));
-            let cutoff = now.saturating_sub(window);
-            let mut t = Target {
-                seq: through,
-                vseq: v.base_vseq,
-                ts: v.base_ts,
-            };
-            for e in entries
-                .iter()
-                .filter(|e| e.volume == id && e.seq > v.base_seq)
-            {
-                if e.timestamp_ns >= cutoff {
-                    t.seq = e.seq - 1;
-                    next_wall = next_wall.min(e.timestamp_ns.saturating_add(window));
-                    break;
-                }
-                if e.volume_seq > pin {
-                    // Held by a pin: no due time from it (`unpin` makes the next round look).
-                    t.seq = e.seq - 1;
-                    break;
-                }
-                t.vseq = e.volume_seq;
-                t.ts = e.timestamp_ns;
-            }
-            if t.seq > v.base_seq {
-                targets.insert(id, t);
-            }
-        }
-        // Cut short by its size: every record it read left the window, and more are indexed.
-        let cut_short = next_wall == u64::MAX && through < indexed;
-        lock(&self.roll_due).next_wall = if next_wall == u64::MAX { 0 } else { next_wall };
-        if pressed {
-            // Shrink: at least an eighth of the round's records, oldest first, whatever their
-            // volume — under the throttle policy never past `min_window` (writers wait
-            // instead: history is then a must-hold holder).
-            let bound = self.shrink_through(from);
-            let mut take = entries
-                .len()
-                .div_ceil(8)
-                .max(entries.partition_point(|e| e.seq <= bound));
-            if self.cfg.kind == HoldKind::MustHold {
-                let floor = now.saturating_sub(nanos(self.cfg.min_window));
-                take = take.min(entries.partition_point(|e| e.timestamp_ns < floor));
-            }
-            let taken = &entries[..take.min(entries.len())];
-            let mut shrank = 0usize;
-            if let Some(end) = taken.last().map(|e| e.seq) {
-                for (&id, v) in &bases {
-                    let mut t = targets.get(&id).copied().unwrap_or(Target {
-                        seq: v.base_seq,
+        let chunk = self.cfg.round_records.max(1);
+        let limit = indexed.min(from.saturating_add(chunk.saturating_mul(ROUND_CHUNKS)));
+        let volumes = bases
+            .iter()
+            .map(|(&id, v)| {
+                let window_ns = nanos(self.window_of(id));
+                let scan = VolumeScan {
+                    target: Target {
+                        seq: 0,
                         vseq: v.base_vseq,
                         ts: v.base_ts,
-                    });
-                    if end <= t.seq {
-                        continue;
-                    }
-                    for e in taken.iter().filter(|e| e.volume == id && e.seq > t.seq) {
-                        t.vseq = e.volume_seq;
-                        t.ts = e.timestamp_ns;
-                        shrank += 1;
-                    }
-                    t.seq = end;
-                    targets.insert(id, t);
-                }
+                    },
+                    base_seq: v.base_seq,
+                    cutoff: now.saturating_sub(window_ns),
+                    pin: pinned.get(&id).copied().unwrap_or(u64::MAX),
+                    window_ns,
+                    expiring: !stuck(&id, v),
+                    ended: v.base_seq,
+                };
+                (id, scan)
+            })
+            .collect();
+        // Shrink: at least an eighth of a round's records, oldest first, whatever their
+        // volume — under the throttle policy never past `min_window` (writers wait instead:
+        // history is then a must-hold holder).
+        let shrink = pressed.then(|| Shrink {
+            end: self
+                .shrink_through(from)
+                .max(from + (indexed.min(from.saturating_add(chunk)) - from).div_ceil(8)),
+            floor: (self.cfg.kind == HoldKind::MustHold)
+                .then(|| now.saturating_sub(nanos(self.cfg.min_window))),
+        });
+        let mut scan = Scan::new(volumes, shrink);
+        let pieces = self.cfg.round_pieces.max(1);
+        let mut full = false;
+        let through = self.scan_digests(from, limit, |e| {
+            if scan.pass(e).is_break() {
+                return ControlFlow::Break(());
             }
-            if shrank > 0 {
-                self.stats.shrinks.fetch_add(1, Relaxed);
-                let oldest = targets.values().map(|t| t.ts).min().unwrap_or(0);
-                self.warn_shrink(now, oldest, shrank);
+            full = scan.plan.pieces() >= pieces;
+            if full {
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
             }
+        })?;
+        // Cut short by its size: more records may have left the window.
+        let cut_short = full || (through < indexed && scan.expiring());
+        {
+            let mut due = lock(&self.roll_due);
+            let known = scan.next_wall != u64::MAX;
+            due.next_wall = if known { scan.next_wall } else { 0 };
+            due.oldest_kept = if known { scan.oldest_kept } else { 0 };
         }
+        let targets = scan.targets(through);
         if targets.is_empty() {
             return Ok(());
         }
+        // Held until the readers' floors are raised (`roll_forward`). A pin taken since the
+        // scan began on an instant the round would roll past: the round waits for the next
+        // look, which sees the pin.
+        let pins = lock(&self.pins);
+        let moved = targets.iter().any(|(&id, t)| {
+            pins.oldest(id)
+                .is_some_and(|p| p < pinned.get(&id).copied().unwrap_or(u64::MAX) && p < t.vseq)
+        });
+        if moved {
+            return Ok(());
+        }
+        if scan.shrank > 0 {
+            self.stats.shrinks.fetch_add(1, Relaxed);
+            let oldest = targets.values().map(|t| t.ts).min().unwrap_or(0);
+            self.warn_shrink(now, oldest, scan.shrank);
+        }
         // A round cut short by its size leaves the next free to start at once.
         lock(&self.roll_due).last = (!cut_short).then(|| self.clock.now());
-        self.roll_forward(&entries, &targets, pins)
+        self.roll_forward(scan.plan, &targets, pins)
+    }
+
+    /// Whether a round of expiry is due (the log not pressed): the oldest record kept has
+    /// left its window, at least `ROLL_INTERVAL` since the last round, and either the
+    /// records past their window fill `EXPIRED_SHARE` of the log (their share of what
+    /// history holds taken from their share of its time) or `ROLL_INTERVAL_MAX` has passed.
+    fn expiry_due(&self, now: u64) -> bool {
+        let due = lock(&self.roll_due);
+        if due.next_wall > now {
+            return false;
+        }
+        let Some(since) = due
+            .last
+            .map(|t| self.clock.now().saturating_duration_since(t))
+        else {
+            return true;
+        };
+        if since < ROLL_INTERVAL {
+            return false;
+        }
+        if since >= ROLL_INTERVAL_MAX || due.next_wall == 0 || due.oldest_kept >= now {
+            return true;
+        }
+        let expired = now.saturating_sub(due.next_wall) as f64;
+        let held = now.saturating_sub(due.oldest_kept) as f64;
+        self.held_share() * (expired / held) >= EXPIRED_SHARE
+    }
+
+    /// Passes the digests' entries in `(from, limit]` to `f` in order, read `round_records`
+    /// at a time (the digests' lock is not held while `f` runs). Returns the sequence number
+    /// through which every entry was passed: `limit`, or the entry `f` stopped at.
+    fn scan_digests(
+        &self,
+        from: u64,
+        limit: u64,
+        mut f: impl FnMut(&DigestEntry) -> ControlFlow<()>,
+    ) -> Result<u64, HistoryError> {
+        let chunk = usize::try_from(self.cfg.round_records.max(1)).unwrap_or(usize::MAX);
+        let mut buf = Vec::new();
+        let mut pos = from;
+        loop {
+            buf.clear();
+            lock(&self.digests).for_each_until(pos, limit, None, |e| {
+                buf.push(*e);
+                Ok(if buf.len() >= chunk {
+                    ControlFlow::Break(())
+                } else {
+                    ControlFlow::Continue(())
+                })
+            })?;
+            for e in &buf {
+                if f(e).is_break() {
+                    return Ok(e.seq);
+                }
+            }
+            match buf.last() {
+                Some(e) if buf.len() >= chunk && e.seq < limit => pos = e.seq,
+                _ => return Ok(limit),
+            }
+        }
     }
 
     /// The window of `volume` (its own, or the configured one).
@@ -425,10 +476,10 @@ impl Inner {
         Ok(cut)
     }
 
-    /// Rolls the bases forward over `entries` (ascending, all indexed).
+    /// Rolls the bases forward to `targets`, applying `plan`.
     fn roll_forward(
         &self,
-        entries: &[DigestEntry],
+        plan: Plan,
         targets: &BTreeMap<u32, Target>,
         pins: MutexGuard<'_, Pins>,
     ) -> Result<(), HistoryError> {
@@ -454,12 +505,13 @@ impl Inner {
         self.save(true)?;
         let saved = started.elapsed();
         // 2. and 3.
-        self.apply_rolling(entries)?;
+        let records = plan.records;
+        self.apply_rolling(plan)?;
         let applied = started.elapsed();
         self.stats.roll_forwards.fetch_add(1, Relaxed);
-        self.prune(Some(entries))?;
+        self.prune()?;
         tracing::debug!(
-            records = entries.len(),
+            records,
             intent_ms = saved.as_millis(),
             apply_ms = (applied - saved).as_millis(),
             prune_ms = (started.elapsed() - applied).as_millis(),
@@ -469,12 +521,11 @@ impl Inner {
     }
 
     /// Removes the index entries of the records the bases now hold, then the digests no
-    /// longer needed. `known`: those records, when the caller has them (else they are read
-    /// from the digests). In rounds of at most `round_records` sequence numbers, each saved:
+    /// longer needed. In rounds of at most `round_records` sequence numbers, each saved:
     /// after a seed the bases jump over every record since the old base (days of them, after
     /// a long cut), which would not fit in memory at once. Crash-safe: the state's
     /// `pruned_seq` says where to resume.
-    pub(crate) fn prune(&self, known: Option<&[DigestEntry]>) -> Result<(), HistoryError> {
+    pub(crate) fn prune(&self) -> Result<(), HistoryError> {
         let (mut pruned, upto) = {
             let st = lock(&self.state);
             let upto = st
@@ -486,27 +537,13 @@ impl Inner {
                 .min(st.indexed_seq);
             (st.pruned_seq, upto)
         };
-        // `known` holds every record from its first on; those before it (an earlier prune
-        // cut short) come from the digests.
-        let known_from = known.and_then(|k| k.first()).map_or(u64::MAX, |e| e.seq);
         while upto > pruned {
             let through = upto.min(pruned.saturating_add(self.cfg.round_records));
             let mut entries = Vec::new();
-            let from_digests = through.min(known_from.saturating_sub(1));
-            if from_digests > pruned {
-                lock(&self.digests).for_each(pruned, from_digests, None, |e| {
-                    entries.push(*e);
-                    Ok(())
-                })?;
-            }
-            if let Some(k) = known {
-                let after = pruned.max(from_digests);
-                entries.extend(
-                    k.iter()
-                        .filter(|e| e.seq > after && e.seq <= through)
-                        .copied(),
-                );
-            }
+            lock(&self.digests).for_each(pruned, through, None, |e| {
+                entries.push(*e);
+                Ok(())
+            })?;
             let removed = {
                 let _turn = self.turn_after();
                 self.index.remove(&entries)?
@@ -526,30 +563,32 @@ impl Inner {
 
     /// At start: a roll-forward a crash interrupted is applied again, whole.
     pub(crate) fn finish_roll_forward(&self) -> Result<(), HistoryError> {
-        let range = {
-            let st = lock(&self.state);
-            let rolling = st
-                .volumes
-                .values()
-                .filter(|v| v.rolling_seq > v.base_seq && v.flags & FLAG_BROKEN == 0);
-            let from = rolling.clone().map(|v| v.base_seq).min();
-            let to = rolling.map(|v| v.rolling_seq).max();
-            from.zip(to)
-        };
-        let Some((from, to)) = range else {
+        let rolling: BTreeMap<u32, (u64, u64)> = lock(&self.state)
+            .volumes
+            .iter()
+            .filter(|(_, v)| v.rolling_seq > v.base_seq && v.flags & FLAG_BROKEN == 0)
+            .map(|(&id, v)| (id, (v.base_seq, v.rolling_seq)))
+            .collect();
+        let from = rolling.values().map(|r| r.0).min();
+        let Some((from, to)) = from.zip(rolling.values().map(|r| r.1).max()) else {
             return Ok(());
         };
-        let mut entries = Vec::new();
-        lock(&self.digests).for_each(from, to, None, |e| {
-            entries.push(*e);
-            Ok(())
+        let mut plan = Plan::default();
+        self.scan_digests(from, to, |e| {
+            if rolling
+                .get(&e.volume)
+                .is_some_and(|&(after, through)| e.seq > after && e.seq <= through)
+            {
+                plan.take(e);
+            }
+            ControlFlow::Continue(())
         })?;
         tracing::info!(
-            records = entries.len(),
+            records = plan.records,
             "history: finishing a roll-forward of the base images a crash interrupted"
         );
         self.stats.resumed_rolls.fetch_add(1, Relaxed);
-        self.apply_rolling(&entries)
+        self.apply_rolling(plan)
     }
 }
 

@@ -8,7 +8,7 @@
 //! (other volumes' records, versions overwritten later in the round), a gap of more than
 //! `NEAR_GAP` starts a new read rather than reading what lies between.
 
-use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::PoisonError;
 use std::time::{Duration, Instant};
@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use mariner_log::{DeviceBusy, LogAddr, RecordKind, RECORD_HEADER_LEN};
 
 use crate::engine::{base_name, io_err, lock, Inner};
+use crate::round::Plan;
 use crate::state::FLAG_BROKEN;
 use crate::{DigestEntry, HistoryError};
 
@@ -36,12 +37,12 @@ const WRITE_OUT_BYTES: u64 = DeviceBusy::PIECE;
 /// The longest a piece waits for a gap between the log's device writes.
 pub(crate) const YIELD_MAX: Duration = Duration::from_millis(2);
 
-/// The longest a round's write-out is spread over ([`Pace`]): two thirds of the interval
-/// between expiry rounds (10 s). At 5 s, a slow disk's write-out of a 256 MiB round (5.8–7.9 s flat
-/// out) was always behind the line and no piece waited for a gap (bench/history-trace.sh,
-/// 2026-12-03).
-const PACE_MAX: Duration =
-    Duration::from_millis(crate::retention::ROLL_INTERVAL.as_millis() as u64 * 2 / 3);
+/// The longest a round's write-out is spread over ([`Pace`]): a sixth of the longest
+/// interval between expiry rounds (20 s). At 5 s, a slow disk's write-out of a 256 MiB round
+/// (5.8–7.9 s flat out) was always behind the line and no piece waited for a gap
+/// (bench/history-trace.sh, 2026-12-03). The log fills meanwhile: once it is pressed, the
+/// rest of the round goes flat out.
+const PACE_MAX: Duration = Duration::from_secs(crate::retention::ROLL_INTERVAL_MAX.as_secs() / 6);
 
 /// A range of a base to be written from one record's payload.
 #[derive(Debug, Clone, Copy)]
@@ -49,64 +50,51 @@ struct Piece {
     volume: u32,
     start: u64,
     end: u64,
-    /// Its record: an index into the round's entries.
-    record: usize,
+    record: DigestEntry,
 }
 
 impl Inner {
-    /// Applies `entries` to the bases of the volumes rolling past them, syncs, and saves the
-    /// bases at their targets.
-    pub(crate) fn apply_rolling(&self, entries: &[DigestEntry]) -> Result<(), HistoryError> {
+    /// Applies `plan` to the bases of the volumes rolling past its records (each byte from
+    /// the newest record covering it, which gives the image applying them in order gives),
+    /// syncs, and saves the bases at their targets.
+    pub(crate) fn apply_rolling(&self, plan: Plan) -> Result<(), HistoryError> {
         let log = self
             .log
             .get()
             .ok_or_else(|| HistoryError::Config("history is not started".into()))?;
-        let rolling: BTreeMap<u32, (u64, u64)> = lock(&self.state)
+        let rolling: BTreeSet<u32> = lock(&self.state)
             .volumes
             .iter()
             .filter(|(_, v)| v.rolling_seq > v.base_seq && v.flags & FLAG_BROKEN == 0)
-            .map(|(&id, v)| (id, (v.base_seq, v.rolling_seq)))
+            .map(|(&id, _)| id)
             .collect();
         let bases = lock(&self.bases).clone();
         let mut lost = Vec::new();
-        let mut gone = Vec::new();
-        // Per volume, what each byte of the round ends up as: the newest record covering it.
-        // Overwritten bytes are written once, which gives the same image as applying the
-        // records in order.
-        let mut plans: BTreeMap<u32, Overlay> = BTreeMap::new();
-        for (i, e) in entries.iter().enumerate() {
-            let Some(&(after, through)) = rolling.get(&e.volume) else {
-                continue;
-            };
-            if e.seq <= after || e.seq > through {
-                continue;
-            }
-            if e.kind == RecordKind::VolumeDeleted {
-                // Its whole history has left the window.
-                gone.push(e.volume);
-                continue;
-            }
-            if e.kind.changes_data() && e.length > 0 {
-                let end = e.offset + u64::from(e.length);
-                plans.entry(e.volume).or_default().put(e.offset, end, i);
-            }
-        }
+        let Plan {
+            volumes: plans,
+            gone,
+            records,
+            first_ts,
+            last_ts,
+            ..
+        } = plan;
+        let written_to: Vec<u32> = plans.keys().copied().collect();
         let started = Instant::now();
         // Bases grown to what the round writes, trims punched; the writes' pieces collected.
         let mut pieces = Vec::new();
-        for (id, plan) in &plans {
-            let Some(disk) = bases.get(id) else {
+        for (id, plan) in plans {
+            let Some(disk) = bases.get(&id).filter(|_| rolling.contains(&id)) else {
                 continue;
             };
-            let io = io_err(self.files.as_ref(), &base_name(*id));
+            let io = io_err(self.files.as_ref(), &base_name(id));
             let end = plan.0.values().map(|&(end, _)| end).max().unwrap_or(0);
             if end > disk.len().map_err(&io)? {
                 disk.set_len(end).map_err(&io)?;
             }
-            for (&start, &(end, record)) in &plan.0 {
-                if entries[record].kind == RecordKind::Write {
+            for (start, (end, record)) in plan.0 {
+                if record.kind == RecordKind::Write {
                     pieces.push(Piece {
-                        volume: *id,
+                        volume: id,
                         start,
                         end,
                         record,
@@ -118,14 +106,14 @@ impl Inner {
         }
         // The records read in log order, nearby ones with one read ([`Log::read_near`]); the
         // bases are written in that order too (their page cache sorts it out at the sync).
-        pieces.sort_unstable_by_key(|p| (entries[p.record].addr.0, p.start));
+        pieces.sort_unstable_by_key(|p| (p.record.addr.0, p.start));
         let mut buf = Vec::new();
         let mut writes = 0u64;
         let mut bytes = 0u64;
         let mut read_time = Duration::ZERO;
         let span = NEAR_SPAN.min(log.max_read_following());
-        for group in near_groups(&pieces, entries, span) {
-            let records: Vec<(LogAddr, u64, u32)> = dedup_records(group, entries);
+        for group in near_groups(&pieces, span) {
+            let records: Vec<(LogAddr, u64, u32)> = dedup_records(group);
             let t = Instant::now();
             let got = log.read_near(&records, &mut buf)?;
             read_time += t.elapsed();
@@ -145,7 +133,7 @@ impl Inner {
             // Pieces come in their records' order: `k` follows them.
             let mut k = 0;
             for p in group {
-                let e = &entries[p.record];
+                let e = &p.record;
                 while records.get(k).is_some_and(|r| r.1 != e.seq) {
                     k += 1;
                 }
@@ -184,18 +172,14 @@ impl Inner {
         // Spread over three quarters of the time the round's records took to arrive (a third
         // above their rate keeps pace), unless the log is pressed: then as fast as the device
         // goes.
-        let arrived = match (entries.first(), entries.last()) {
-            (Some(a), Some(z)) => {
-                Duration::from_nanos(z.timestamp_ns.saturating_sub(a.timestamp_ns))
-            }
-            _ => Duration::ZERO,
-        };
+        let arrived = Duration::from_nanos(first_ts.map_or(0, |a| last_ts.saturating_sub(a)));
         let budget = if self.log_pressed() {
             Duration::ZERO
         } else {
             (arrived * 3 / 4).min(PACE_MAX)
         };
-        let mut pace = Pace::new(&log.stats().busy, budget, bytes);
+        let pressed = || self.log_pressed();
+        let mut pace = Pace::new(&log.stats().busy, &pressed, budget, bytes);
         for same in ranges.chunk_by(|a, b| a.0 == b.0) {
             if let Some(disk) = bases.get(&same[0].0) {
                 write_out_paced(disk.as_ref(), same, &mut pace, || self.turn_after())
@@ -203,8 +187,8 @@ impl Inner {
             }
         }
         let paced = started.elapsed();
-        for id in plans.keys() {
-            if let Some(disk) = bases.get(id) {
+        for id in &written_to {
+            if let Some(disk) = bases.get(id).filter(|_| rolling.contains(id)) {
                 let _turn = self.turn_after();
                 disk.sync()
                     .map_err(io_err(self.files.as_ref(), &base_name(*id)))?;
@@ -225,7 +209,7 @@ impl Inner {
         {
             let mut st = lock(&self.state);
             for (id, v) in st.volumes.iter_mut() {
-                if !rolling.contains_key(id) {
+                if !rolling.contains(id) {
                     continue;
                 }
                 if lost.contains(id) {
@@ -259,9 +243,7 @@ impl Inner {
                 .unwrap_or_else(PoisonError::into_inner)
                 .remove(id);
         }
-        self.stats
-            .rolled_records
-            .fetch_add(entries.len() as u64, Relaxed);
+        self.stats.rolled_records.fetch_add(records, Relaxed);
         self.stats.rolled_bytes.fetch_add(bytes, Relaxed);
         // Readers move to the new base only once it is durable, and before the log is
         // released (in `save`): a read that chose a log version waits for nothing after this.
@@ -285,9 +267,11 @@ impl Inner {
 /// Behind the line, pieces go at once: the round takes about `budget`, or as long as the
 /// device needs, never the sum of the waits. In seconds when the roll wrote its pieces back
 /// to back (200 MB/s), a depth-1 writer's requests between 0.4 and 1 ms rose from ~10 to
-/// 400–900 a second (docs/benchmarks.md, issue 17).
+/// 400–900 a second (docs/benchmarks.md, issue 17). Once the log is pressed (`pressed`),
+/// the rest goes at once.
 struct Pace<'a> {
     busy: &'a DeviceBusy,
+    pressed: &'a dyn Fn() -> bool,
     started: Instant,
     budget: Duration,
     total: u64,
@@ -298,9 +282,15 @@ struct Pace<'a> {
 }
 
 impl<'a> Pace<'a> {
-    fn new(busy: &'a DeviceBusy, budget: Duration, total: u64) -> Self {
+    fn new(
+        busy: &'a DeviceBusy,
+        pressed: &'a dyn Fn() -> bool,
+        budget: Duration,
+        total: u64,
+    ) -> Self {
         Self {
             busy,
+            pressed,
             started: Instant::now(),
             budget,
             total,
@@ -312,6 +302,9 @@ impl<'a> Pace<'a> {
 
     /// Before a piece of `bytes`: waits for a gap if ahead of the schedule.
     fn before(&mut self, bytes: u64) {
+        if !self.budget.is_zero() && (self.pressed)() {
+            self.budget = Duration::ZERO;
+        }
         if self.total > 0 && !self.budget.is_zero() {
             let share = self.done as f64 / self.total as f64;
             let time = self.started.elapsed().as_secs_f64() / self.budget.as_secs_f64();
@@ -356,20 +349,16 @@ fn write_out_paced<'a>(
 /// `pieces` (sorted by their records' addresses) cut into runs whose records are read with
 /// one read: one device, at most `span` bytes (a larger record alone), no gap wider than
 /// `NEAR_GAP`.
-fn near_groups<'a>(
-    pieces: &'a [Piece],
-    entries: &'a [DigestEntry],
-    span: u64,
-) -> impl Iterator<Item = &'a [Piece]> + 'a {
+fn near_groups(pieces: &[Piece], span: u64) -> impl Iterator<Item = &[Piece]> + '_ {
     let end_of = |e: &DigestEntry| e.addr.offset() + RECORD_HEADER_LEN as u64 + u64::from(e.length);
     let mut rest = pieces;
     std::iter::from_fn(move || {
         let first = rest.first()?;
-        let head = &entries[first.record];
+        let head = &first.record;
         let mut reach = end_of(head);
         let mut n = 1;
         while let Some(p) = rest.get(n) {
-            let e = &entries[p.record];
+            let e = &p.record;
             let near = e.addr.dev() == head.addr.dev()
                 && e.addr.offset() <= reach + NEAR_GAP
                 && end_of(e) - head.addr.offset() <= span;
@@ -386,78 +375,13 @@ fn near_groups<'a>(
 }
 
 /// The distinct records of a group, in order: (address, sequence number, payload length).
-fn dedup_records(group: &[Piece], entries: &[DigestEntry]) -> Vec<(LogAddr, u64, u32)> {
+fn dedup_records(group: &[Piece]) -> Vec<(LogAddr, u64, u32)> {
     let mut out: Vec<(LogAddr, u64, u32)> = Vec::with_capacity(group.len());
     for p in group {
-        let e = &entries[p.record];
+        let e = &p.record;
         if out.last().is_none_or(|r| r.1 != e.seq) {
             out.push((e.addr, e.seq, e.length));
         }
     }
     out
-}
-
-/// Byte ranges of a volume, each to be written from one record: putting a range cuts what
-/// it overlaps, so the newest put wins every byte.
-#[derive(Debug, Default)]
-struct Overlay(BTreeMap<u64, (u64, usize)>);
-
-impl Overlay {
-    fn put(&mut self, start: u64, end: u64, record: usize) {
-        // A range starting before `start` that reaches into it keeps its head (and its tail
-        // past `end`, if it reaches that far).
-        if let Some((&s, &(e, r))) = self.0.range(..start).next_back() {
-            if e > start {
-                self.0.insert(s, (start, r));
-                if e > end {
-                    self.0.insert(end, (e, r));
-                }
-            }
-        }
-        let inside: Vec<u64> = self.0.range(start..end).map(|(&s, _)| s).collect();
-        for s in inside {
-            if let Some((e, r)) = self.0.remove(&s) {
-                if e > end {
-                    self.0.insert(end, (e, r));
-                }
-            }
-        }
-        self.0.insert(start, (end, record));
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::Overlay;
-
-    /// The overlay gives every byte the newest record that covered it.
-    #[test]
-    fn the_newest_put_wins_every_byte() {
-        let mut x = 7u64;
-        for _ in 0..200 {
-            let mut o = Overlay::default();
-            let mut model = vec![None; 64];
-            for r in 0..12 {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                let s = x % 64;
-                let e = (s + 1 + (x >> 8) % 20).min(64);
-                o.put(s, e, r);
-                for b in &mut model[s as usize..e as usize] {
-                    *b = Some(r);
-                }
-            }
-            let mut got = vec![None; 64];
-            let mut last_end = 0;
-            for (&s, &(e, r)) in &o.0 {
-                assert!(s >= last_end && e > s, "ranges overlap or are empty");
-                last_end = e;
-                for b in &mut got[s as usize..e as usize] {
-                    *b = Some(r);
-                }
-            }
-            assert_eq!(got, model);
-        }
-    }
 }

@@ -177,6 +177,8 @@ pub fn history_cfg(window: Duration) -> HistoryConfig {
         rollback_save_bytes: 8 << 10,
         // Roll-forwards and prunes of several rounds (a seed jumps the base over a burst).
         round_records: 24,
+        // Roll-forward rounds cut short by the ranges they write.
+        round_pieces: 16,
         ..HistoryConfig::default()
     }
 }
