@@ -164,9 +164,10 @@ impl Inner {
         });
         let mut scan = Scan::new(volumes, shrink);
         let pieces = self.cfg.round_pieces.max(1);
-        let mut full = false;
+        let (mut full, mut done) = (false, false);
         let through = self.scan_digests(from, limit, |e| {
             if scan.pass(e).is_break() {
+                done = true;
                 return ControlFlow::Break(());
             }
             full = scan.plan.pieces() >= pieces;
@@ -177,7 +178,7 @@ impl Inner {
             }
         })?;
         // Cut short by its size: more records may have left the window.
-        let cut_short = full || (through < indexed && scan.expiring());
+        let cut_short = full || (!done && through < indexed);
         {
             let mut due = lock(&self.roll_due);
             let known = scan.next_wall != u64::MAX;

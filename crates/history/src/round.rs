@@ -145,7 +145,8 @@ impl Scan {
         }
     }
 
-    /// Passes `e` (in sequence order); `Break` once no later record can be taken.
+    /// Passes `e` (in sequence order); `Break` once no later record can be taken. Stopping
+    /// anywhere is sound: a volume still expiring took every record of it passed.
     pub fn pass(&mut self, e: &DigestEntry) -> ControlFlow<()> {
         let shrinking = self
             .shrink
@@ -187,16 +188,19 @@ impl Scan {
                 self.plan.take(e);
             }
         }
-        if self.shrink.is_none() && self.volumes.values().all(|v| !v.expiring) {
+        // Timestamps rise with sequence numbers (the log's dispatcher stamps them): once this
+        // record is inside every window still open, no later one leaves one. Were they out of
+        // order, a later round would take what this one left.
+        if self.shrink.is_none()
+            && self
+                .volumes
+                .values()
+                .all(|v| !v.expiring || e.timestamp_ns >= v.cutoff)
+        {
             ControlFlow::Break(())
         } else {
             ControlFlow::Continue(())
         }
-    }
-
-    /// Whether any volume's expiry still takes records.
-    pub fn expiring(&self) -> bool {
-        self.volumes.values().any(|v| v.expiring)
     }
 
     /// The bases' targets, every record through `through` passed: a volume goes past the
@@ -216,7 +220,7 @@ impl Scan {
 
 #[cfg(test)]
 mod tests {
-    use super::Overlay;
+    use super::{Overlay, Scan, Shrink, Target, VolumeScan};
     use crate::DigestEntry;
     use mariner_log::{LogAddr, RecordKind};
 
@@ -231,6 +235,91 @@ mod tests {
             length: 0,
             addr: LogAddr(0),
         }
+    }
+
+    fn rec(seq: u64, volume: u32, ts: u64) -> DigestEntry {
+        DigestEntry {
+            volume,
+            timestamp_ns: ts,
+            offset: seq * 4096,
+            length: 4096,
+            ..entry(seq)
+        }
+    }
+
+    fn volume(base_seq: u64, cutoff: u64, pin: u64) -> VolumeScan {
+        VolumeScan {
+            target: Target {
+                seq: 0,
+                vseq: 0,
+                ts: 0,
+            },
+            base_seq,
+            cutoff,
+            pin,
+            window_ns: 100,
+            expiring: true,
+            ended: base_seq,
+        }
+    }
+
+    /// Expiry takes each volume's records older than its window, up to the first that is
+    /// not or is pinned past, and the scan stops once no later record can leave a window.
+    #[test]
+    fn expiry_takes_a_prefix_per_volume_and_stops_when_nothing_more_can_leave() {
+        // Volume 1: window ends at 50; volume 2: at 30, pinned at its record 3.
+        let vols = [(1, volume(0, 50, u64::MAX)), (2, volume(0, 30, 3))].into();
+        let mut scan = Scan::new(vols, None);
+        let records = [
+            rec(1, 1, 10),
+            rec(2, 2, 12),
+            rec(3, 2, 14),
+            rec(4, 2, 16),
+            rec(5, 1, 40),
+            rec(6, 1, 55),
+            rec(7, 1, 60),
+        ];
+        let mut passed = 0;
+        for e in &records {
+            passed = e.seq;
+            if scan.pass(e).is_break() {
+                break;
+            }
+        }
+        assert_eq!(
+            passed, 6,
+            "record 6 is inside both windows: nothing later can leave"
+        );
+        let t = scan.targets(passed);
+        assert_eq!((t[&1].seq, t[&1].vseq), (5, 5));
+        // Record 4 is past the pin (its volume sequence number 4 > 3).
+        assert_eq!((t[&2].seq, t[&2].vseq), (3, 3));
+        assert_eq!(scan.plan.records, 4);
+        assert_eq!(scan.plan.pieces(), 4);
+        assert_eq!(scan.next_wall, 155);
+        assert_eq!(scan.shrank, 0);
+    }
+
+    /// A shrink takes every record up to its end whatever the windows and pins, never past
+    /// its floor, and every volume's base goes to its end.
+    #[test]
+    fn a_shrink_passes_pins_and_windows_but_not_its_floor() {
+        let vols = [(1, volume(0, 0, u64::MAX)), (2, volume(0, 0, 0))].into();
+        let shrink = Shrink {
+            end: 10,
+            floor: Some(30),
+        };
+        let mut scan = Scan::new(vols, Some(shrink));
+        for e in [rec(1, 1, 10), rec(2, 2, 20), rec(3, 1, 30), rec(4, 2, 40)] {
+            if scan.pass(&e).is_break() {
+                break;
+            }
+        }
+        let t = scan.targets(3);
+        assert_eq!(scan.plan.records, 2);
+        assert_eq!(scan.shrank, 2);
+        assert_eq!((t[&1].seq, t[&1].vseq), (2, 1));
+        assert_eq!((t[&2].seq, t[&2].vseq), (2, 2));
     }
 
     /// The overlay gives every byte the newest record that covered it.
