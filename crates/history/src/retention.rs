@@ -137,11 +137,8 @@ impl Inner {
             .map(|(&id, v)| {
                 let window_ns = nanos(self.window_of(id));
                 let scan = VolumeScan {
-                    target: Target {
-                        seq: 0,
-                        vseq: v.base_vseq,
-                        ts: v.base_ts,
-                    },
+                    vseq: v.base_vseq,
+                    ts: v.base_ts,
                     base_seq: v.base_seq,
                     cutoff: now.saturating_sub(window_ns),
                     pin: pinned.get(&id).copied().unwrap_or(u64::MAX),
@@ -564,12 +561,7 @@ impl Inner {
 
     /// At start: a roll-forward a crash interrupted is applied again, whole.
     pub(crate) fn finish_roll_forward(&self) -> Result<(), HistoryError> {
-        let rolling: BTreeMap<u32, (u64, u64)> = lock(&self.state)
-            .volumes
-            .iter()
-            .filter(|(_, v)| v.rolling_seq > v.base_seq && v.flags & FLAG_BROKEN == 0)
-            .map(|(&id, v)| (id, (v.base_seq, v.rolling_seq)))
-            .collect();
+        let rolling = self.rolling();
         let from = rolling.values().map(|r| r.0).min();
         let Some((from, to)) = from.zip(rolling.values().map(|r| r.1).max()) else {
             return Ok(());

@@ -8,7 +8,7 @@
 //! (other volumes' records, versions overwritten later in the round), a gap of more than
 //! `NEAR_GAP` starts a new read rather than reading what lies between.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::PoisonError;
 use std::time::{Duration, Instant};
@@ -54,6 +54,17 @@ struct Piece {
 }
 
 impl Inner {
+    /// The volumes rolling forward (not broken): the records after their base, through their
+    /// rolling target.
+    pub(crate) fn rolling(&self) -> BTreeMap<u32, (u64, u64)> {
+        lock(&self.state)
+            .volumes
+            .iter()
+            .filter(|(_, v)| v.rolling_seq > v.base_seq && v.flags & FLAG_BROKEN == 0)
+            .map(|(&id, v)| (id, (v.base_seq, v.rolling_seq)))
+            .collect()
+    }
+
     /// Applies `plan` to the bases of the volumes rolling past its records (each byte from
     /// the newest record covering it, which gives the image applying them in order gives),
     /// syncs, and saves the bases at their targets.
@@ -62,12 +73,7 @@ impl Inner {
             .log
             .get()
             .ok_or_else(|| HistoryError::Config("history is not started".into()))?;
-        let rolling: BTreeSet<u32> = lock(&self.state)
-            .volumes
-            .iter()
-            .filter(|(_, v)| v.rolling_seq > v.base_seq && v.flags & FLAG_BROKEN == 0)
-            .map(|(&id, _)| id)
-            .collect();
+        let rolling = self.rolling();
         let bases = lock(&self.bases).clone();
         let mut lost = Vec::new();
         let Plan {
@@ -83,7 +89,7 @@ impl Inner {
         // Bases grown to what the round writes, trims punched; the writes' pieces collected.
         let mut pieces = Vec::new();
         for (id, plan) in plans {
-            let Some(disk) = bases.get(&id).filter(|_| rolling.contains(&id)) else {
+            let Some(disk) = bases.get(&id).filter(|_| rolling.contains_key(&id)) else {
                 continue;
             };
             let io = io_err(self.files.as_ref(), &base_name(id));
@@ -188,7 +194,7 @@ impl Inner {
         }
         let paced = started.elapsed();
         for id in &written_to {
-            if let Some(disk) = bases.get(id).filter(|_| rolling.contains(id)) {
+            if let Some(disk) = bases.get(id).filter(|_| rolling.contains_key(id)) {
                 let _turn = self.turn_after();
                 disk.sync()
                     .map_err(io_err(self.files.as_ref(), &base_name(*id)))?;
@@ -209,7 +215,7 @@ impl Inner {
         {
             let mut st = lock(&self.state);
             for (id, v) in st.volumes.iter_mut() {
-                if !rolling.contains(id) {
+                if !rolling.contains_key(id) {
                     continue;
                 }
                 if lost.contains(id) {

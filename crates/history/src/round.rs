@@ -96,8 +96,10 @@ impl Plan {
 /// One volume in a round's scan.
 #[derive(Debug)]
 pub(crate) struct VolumeScan {
-    /// The base's target so far (`seq` is set at the end).
-    pub target: Target,
+    /// The last record taken: the volume's sequence number and timestamp the base is then
+    /// as of (the base's own to start with).
+    pub vseq: u64,
+    pub ts: u64,
     pub base_seq: u64,
     /// Expiry takes records older than this (wall-clock nanoseconds)...
     pub cutoff: u64,
@@ -120,6 +122,9 @@ pub(crate) struct Shrink {
 #[derive(Debug)]
 pub(crate) struct Scan {
     pub volumes: BTreeMap<u32, VolumeScan>,
+    /// Volumes whose expiry still takes records, and the latest cutoff of any volume.
+    open: usize,
+    max_cutoff: u64,
     shrink: Option<Shrink>,
     /// The last record a shrink took (0: none).
     shrunk_to: u64,
@@ -135,6 +140,8 @@ pub(crate) struct Scan {
 impl Scan {
     pub fn new(volumes: BTreeMap<u32, VolumeScan>, shrink: Option<Shrink>) -> Self {
         Self {
+            open: volumes.values().filter(|v| v.expiring).count(),
+            max_cutoff: volumes.values().map(|v| v.cutoff).max().unwrap_or(0),
             volumes,
             shrink,
             shrunk_to: 0,
@@ -177,26 +184,22 @@ impl Scan {
                 }
                 if !v.expiring {
                     v.ended = e.seq - 1;
+                    self.open -= 1;
                 }
             }
             if expired || shrinking {
                 if !expired {
                     self.shrank += 1;
                 }
-                v.target.vseq = e.volume_seq;
-                v.target.ts = e.timestamp_ns;
+                v.vseq = e.volume_seq;
+                v.ts = e.timestamp_ns;
                 self.plan.take(e);
             }
         }
         // Timestamps rise with sequence numbers (the log's dispatcher stamps them): once this
-        // record is inside every window still open, no later one leaves one. Were they out of
-        // order, a later round would take what this one left.
-        if self.shrink.is_none()
-            && self
-                .volumes
-                .values()
-                .all(|v| !v.expiring || e.timestamp_ns >= v.cutoff)
-        {
+        // record is inside every window, no later one leaves one. Were they out of order, a
+        // later round would take what this one left.
+        if self.shrink.is_none() && (self.open == 0 || e.timestamp_ns >= self.max_cutoff) {
             ControlFlow::Break(())
         } else {
             ControlFlow::Continue(())
@@ -211,7 +214,14 @@ impl Scan {
         for (&id, v) in &self.volumes {
             let seq = if v.expiring { through } else { v.ended }.max(self.shrunk_to);
             if seq > v.base_seq {
-                out.insert(id, Target { seq, ..v.target });
+                out.insert(
+                    id,
+                    Target {
+                        seq,
+                        vseq: v.vseq,
+                        ts: v.ts,
+                    },
+                );
             }
         }
         out
@@ -220,7 +230,7 @@ impl Scan {
 
 #[cfg(test)]
 mod tests {
-    use super::{Overlay, Scan, Shrink, Target, VolumeScan};
+    use super::{Overlay, Scan, Shrink, VolumeScan};
     use crate::DigestEntry;
     use mariner_log::{LogAddr, RecordKind};
 
@@ -249,11 +259,8 @@ mod tests {
 
     fn volume(base_seq: u64, cutoff: u64, pin: u64) -> VolumeScan {
         VolumeScan {
-            target: Target {
-                seq: 0,
-                vseq: 0,
-                ts: 0,
-            },
+            vseq: 0,
+            ts: 0,
             base_seq,
             cutoff,
             pin,
