@@ -67,6 +67,9 @@ for l in text.splitlines():
 print("bios submitted in the depth-1 phase, by thread and kind (W write, R read, S sync, M meta):")
 for k in sorted(size, key=lambda k: -size[k])[:16]:
     print("  %-18s %-4s %8d bios %9.1f MiB" % (k[0], k[1], count[k], size[k] / 2**20))
+flushes = collections.Counter(k[0] for k in count.elements() if k[1].startswith("F"))
+print("flushes (F bios) in the depth-1 phase, by thread:",
+      ", ".join("%s %d" % kv for kv in flushes.most_common(8)) or "none")
 q = [l.split() for l in open(out + "/iostat.txt") if l.startswith(dev + " ")]
 print("device queue (aqu-sz) per second:", " ".join(r[-2] for r in q[1:]))
 per = collections.defaultdict(list)
