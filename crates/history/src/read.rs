@@ -16,9 +16,6 @@ use crate::HistoryError;
 /// each, are in memory meanwhile: 3 MiB).
 pub const ALLOCATION_SPAN: u64 = 64 << 20;
 
-/// Most payload bytes of one record [`History::read_at`] hints before reading it.
-const PREFETCH_PART: u64 = 8 << 10;
-
 /// How a stretch of a volume as of an instant is held ([`History::allocation_at`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Held {
@@ -334,7 +331,6 @@ impl History {
         let views = inner.views.read().unwrap_or_else(PoisonError::into_inner);
         let view = self.readable(&views, volume, at)?;
         let (start, slots) = self.sources(&view, volume, at, offset, out.len() as u64)?;
-        self.prefetch(&slots);
         let mut i = 0usize;
         let mut from_base = false;
         while i < slots.len() {
@@ -395,34 +391,6 @@ impl History {
             inner.stats.base_reads.fetch_add(1, Relaxed);
         }
         Ok(())
-    }
-
-    /// Where a read takes its bytes from more than one log record, hints each record's start
-    /// to the log device first ([`mariner_log::Log::prefetch`]): the versions of neighbouring
-    /// blocks lie anywhere in the log, and read one after another each would wait for the
-    /// device in turn. The hint covers the header and the first [`PREFETCH_PART`] bytes of
-    /// the part, all of a small record — what most scattered versions are; a large record's
-    /// later parts come with the device's read-ahead of the header before them.
-    fn prefetch(&self, slots: &[Option<(u64, Version)>]) {
-        let Some(log) = self.inner.log.get() else {
-            return;
-        };
-        let mut runs = slots
-            .chunk_by(|a, b| a == b)
-            .filter_map(|run| match run[0] {
-                Some((_, Version::Log(addr))) => Some((addr, run.len() as u64 * SECTOR)),
-                _ => None,
-            });
-        let Some(first) = runs.next() else {
-            return;
-        };
-        let Some(second) = runs.next() else {
-            // One record: nothing to overlap.
-            return;
-        };
-        for (addr, bytes) in [first, second].into_iter().chain(runs) {
-            log.prefetch(addr, bytes.min(PREFETCH_PART));
-        }
     }
 
     fn read_base(&self, volume: u32, offset: u64, out: &mut [u8]) -> Result<(), HistoryError> {

@@ -122,17 +122,6 @@ impl Log {
         Ok(())
     }
 
-    /// A hint that the record at `addr` and the first `len` bytes of its payload will be read
-    /// soon ([`Disk::prefetch`]): a reader of parts of many records (history reading a stretch
-    /// of the past whose blocks were written at different times) hints them all first, so the
-    /// device fetches them together rather than one after another. Only a hint: a device that
-    /// cannot take it is not an error here; the read that follows reports what is wrong.
-    pub fn prefetch(&self, addr: LogAddr, len: u64) {
-        if let Ok((_, disk)) = self.device_of(addr) {
-            let _ = disk.prefetch(addr.offset(), RECORD_HEADER_LEN as u64 + len);
-        }
-    }
-
     /// Reads back records that follow each other on one device with one read, verifying
     /// each as [`Log::read`] does: the first at `addr`, each next one where the previous
     /// one's span ends, `seqs` their expected sequence numbers. `len` is the number of bytes
