@@ -62,6 +62,9 @@ impl<D: Disk> Disk for FailAfter<D> {
     fn alignment(&self) -> usize {
         self.inner.alignment()
     }
+    fn prefetch(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.inner.prefetch(offset, len)
+    }
 }
 
 #[cfg(test)]

@@ -62,6 +62,13 @@ pub trait Disk: Send + Sync + std::fmt::Debug {
     fn read_cached(&self, _buf: &mut [u8], _offset: u64) -> io::Result<bool> {
         Ok(false)
     }
+    /// A hint that `[offset, offset + len)` will be read soon: a buffered file starts reading
+    /// it into the page cache and returns without waiting for it. Lets a reader of many
+    /// scattered pieces have the device fetch them together instead of one after another.
+    /// Changes nothing a read returns; the default does nothing.
+    fn prefetch(&self, _offset: u64, _len: u64) -> io::Result<()> {
+        Ok(())
+    }
     /// Write all of `buf` at `offset`. Not durable until [`Disk::sync`] returns.
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
     /// Make every completed write durable (fdatasync). An error here is final: callers must not
@@ -120,6 +127,9 @@ impl<D: Disk + ?Sized> Disk for std::sync::Arc<D> {
     }
     fn read_cached(&self, buf: &mut [u8], offset: u64) -> io::Result<bool> {
         (**self).read_cached(buf, offset)
+    }
+    fn prefetch(&self, offset: u64, len: u64) -> io::Result<()> {
+        (**self).prefetch(offset, len)
     }
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         (**self).write_at(buf, offset)

@@ -24,6 +24,7 @@ pub mod stats;
 mod dispatch;
 mod error;
 mod grow;
+mod prefetch;
 mod read;
 mod readahead;
 mod recover;
@@ -197,6 +198,8 @@ struct Inner {
     clock: Arc<dyn Clock>,
     /// The holders it was opened with, in order: (name, kind, their handles' stats).
     holders: Vec<(Arc<str>, HoldKind, Arc<HolderStats>)>,
+    /// Which chunks [`Log::read_part`] read from lately, to fetch a dense neighbourhood whole.
+    prefetch: prefetch::ChunkPrefetch,
 }
 
 /// The last handle gone without [`Log::shutdown`]: the threads must still end (they hold the
@@ -477,6 +480,7 @@ impl Log {
             max_payload,
             clock,
             holders: handles,
+            prefetch: prefetch::ChunkPrefetch::default(),
         };
         let log = Self {
             inner: Arc::new(inner),

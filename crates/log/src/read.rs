@@ -9,6 +9,10 @@ use mariner_disk::{AlignedBuf, Disk};
 use crate::format::{LogAddr, RecordHeader, RECORD_HEADER_LEN};
 use crate::{FormatError, Log, LogError};
 
+/// Most bytes [`Log::read_part`] reads with its record's header in one read, guessing the part
+/// starts the payload: a few small writes' worth.
+const JOINT_READ: usize = 64 << 10;
+
 impl Log {
     /// The device `addr` lies on, with its index; `Gone` for a device the log does not have.
     fn device_of(&self, addr: LogAddr) -> Result<(usize, &Arc<dyn Disk>), LogError> {
@@ -92,18 +96,48 @@ impl Log {
     ) -> Result<(), LogError> {
         let (dev, disk) = self.device_of(addr)?;
         let io = |source| LogError::Io { dev, source };
-        let header =
-            |disk: &dyn Disk| -> Result<([u8; RECORD_HEADER_LEN], RecordHeader), LogError> {
+        let check = |hb: &[u8; RECORD_HEADER_LEN]| -> Result<RecordHeader, LogError> {
+            let h = RecordHeader::decode(hb, self.inner.sb.log_id, None)
+                .map_err(|_| LogError::Gone { addr: addr.0 })?;
+            if h.volume != volume || h.volume_seq != volume_seq || !h.kind.has_payload() {
+                return Err(LogError::Gone { addr: addr.0 });
+            }
+            Ok(h)
+        };
+        let header = |disk: &dyn Disk| -> Result<[u8; RECORD_HEADER_LEN], LogError> {
+            let mut hb = [0u8; RECORD_HEADER_LEN];
+            read_unaligned(disk, &mut hb, addr.offset()).map_err(io)?;
+            Ok(hb)
+        };
+        let now = self.inner.clock.now();
+        let prefetch = &self.inner.prefetch;
+        // Most parts asked for start their record's payload (a small write read whole): the
+        // header and the part come with one read, one wait for the device instead of two.
+        let joint = RECORD_HEADER_LEN + out.len();
+        let mut first = None;
+        if joint <= JOINT_READ {
+            prefetch.before_read(disk.as_ref(), dev, addr.offset(), joint, now);
+            let mut both = vec![0u8; joint];
+            // A failure here (a part past the device's end, say) is left to the reads below
+            // to report as such.
+            if read_unaligned(disk.as_ref(), &mut both, addr.offset()).is_ok() {
                 let mut hb = [0u8; RECORD_HEADER_LEN];
-                read_unaligned(disk, &mut hb, addr.offset()).map_err(io)?;
-                let h = RecordHeader::decode(&hb, self.inner.sb.log_id, None)
-                    .map_err(|_| LogError::Gone { addr: addr.0 })?;
-                if h.volume != volume || h.volume_seq != volume_seq || !h.kind.has_payload() {
-                    return Err(LogError::Gone { addr: addr.0 });
+                hb.copy_from_slice(&both[..RECORD_HEADER_LEN]);
+                let h = check(&hb)?;
+                if h.offset == offset && out.len() as u64 <= u64::from(h.payload_len) {
+                    out.copy_from_slice(&both[RECORD_HEADER_LEN..]);
+                    return self.unchanged(disk.as_ref(), addr, &hb, header);
                 }
-                Ok((hb, h))
-            };
-        let (before, h) = header(disk.as_ref())?;
+                first = Some((hb, h));
+            }
+        }
+        let (before, h) = match first {
+            Some(found) => found,
+            None => {
+                let hb = header(disk.as_ref())?;
+                (hb, check(&hb)?)
+            }
+        };
         let end = offset.checked_add(out.len() as u64);
         let covered =
             end.is_some_and(|end| offset >= h.offset && end <= h.offset + u64::from(h.payload_len));
@@ -114,9 +148,21 @@ impl Log {
             });
         }
         let at = addr.offset() + RECORD_HEADER_LEN as u64 + (offset - h.offset);
+        prefetch.before_read(disk.as_ref(), dev, at, out.len(), now);
         read_unaligned(disk.as_ref(), out, at).map_err(io)?;
-        let (after, _) = header(disk.as_ref())?;
-        if before != after {
+        self.unchanged(disk.as_ref(), addr, &before, header)
+    }
+
+    /// The header read again after a part of its payload, `Gone` unless it is still
+    /// `before`: the record's space was reused while the part was read.
+    fn unchanged(
+        &self,
+        disk: &dyn Disk,
+        addr: LogAddr,
+        before: &[u8; RECORD_HEADER_LEN],
+        header: impl Fn(&dyn Disk) -> Result<[u8; RECORD_HEADER_LEN], LogError>,
+    ) -> Result<(), LogError> {
+        if *before != header(disk)? {
             return Err(LogError::Gone { addr: addr.0 });
         }
         Ok(())

@@ -140,6 +140,95 @@ fn acknowledged_records_come_back_after_reopen() {
     assert!(next.timestamp_ns > rec.last_ts);
 }
 
+/// Parts of records, as history reads old versions: a small record whole (its header and
+/// payload in one read), the start and the middle of a large one, and the refusals — another
+/// record's numbers are `Gone`, a part the record does not cover (before it, across its end,
+/// longer than it, also where the joint read took more than the record) is `Corrupt`.
+#[test]
+fn parts_of_records_come_back_and_wrong_ones_are_refused() {
+    let devs: Vec<Arc<dyn Disk>> = vec![Arc::new(MemDisk::new(1 << 20))];
+    Log::format(&devs, &cfg(), LOG_ID).unwrap();
+    let (log, _) = open(&devs, 0).unwrap();
+    let small = append_sync(&log, Entry::write(3, 8192, payload(1, 4096))).unwrap();
+    let big = append_sync(&log, Entry::write(3, 1 << 20, payload(2, 48 * 1024))).unwrap();
+    let want_big = payload(2, 48 * 1024);
+    let mut out = vec![0u8; 4096];
+    log.read_part(small.addr, 3, small.volume_seq, 8192, &mut out)
+        .unwrap();
+    assert_eq!(out, payload(1, 4096).to_vec());
+    // The first 512 bytes of the small record, and its last 512 (not its payload's start).
+    let mut part = vec![0u8; 512];
+    log.read_part(small.addr, 3, small.volume_seq, 8192, &mut part)
+        .unwrap();
+    assert_eq!(part, payload(1, 4096)[..512].to_vec());
+    log.read_part(small.addr, 3, small.volume_seq, 8192 + 3584, &mut part)
+        .unwrap();
+    assert_eq!(part, payload(1, 4096)[3584..].to_vec());
+    // The large record's start (one read with its header), its middle and its end.
+    for (at, len) in [
+        (0usize, 4096usize),
+        (0, 48 * 1024),
+        (20_480, 8192),
+        (45_056, 4096),
+    ] {
+        let mut got = vec![0u8; len];
+        log.read_part(big.addr, 3, big.volume_seq, (1 << 20) + at as u64, &mut got)
+            .unwrap();
+        assert_eq!(
+            got,
+            want_big[at..at + len].to_vec(),
+            "part at {at}, {len} bytes"
+        );
+    }
+    // Another volume, another record's number: the record is not the one asked for.
+    let gone = |r: Result<(), LogError>| matches!(r, Err(LogError::Gone { .. }));
+    assert!(gone(log.read_part(
+        small.addr,
+        4,
+        small.volume_seq,
+        8192,
+        &mut out
+    )));
+    assert!(gone(log.read_part(
+        small.addr,
+        3,
+        big.volume_seq,
+        8192,
+        &mut out
+    )));
+    // Parts the record does not cover, before it, across its end, longer than it.
+    let corrupt = |r: Result<(), LogError>| matches!(r, Err(LogError::Corrupt { .. }));
+    assert!(corrupt(log.read_part(
+        small.addr,
+        3,
+        small.volume_seq,
+        4096,
+        &mut out
+    )));
+    assert!(corrupt(log.read_part(
+        small.addr,
+        3,
+        small.volume_seq,
+        8704,
+        &mut out
+    )));
+    let mut long = vec![0u8; 8192];
+    assert!(corrupt(log.read_part(
+        small.addr,
+        3,
+        small.volume_seq,
+        8192,
+        &mut long
+    )));
+    assert!(corrupt(log.read_part(
+        big.addr,
+        3,
+        big.volume_seq,
+        1 << 20,
+        &mut vec![0; 60 << 10]
+    )));
+}
+
 /// Records appended together leave in one batch (one device write) where appends one by
 /// one send the first alone; they get consecutive sequence numbers in order and come back
 /// after a reopen.

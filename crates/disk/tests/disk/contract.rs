@@ -130,6 +130,12 @@ pub fn check_contract<D: Disk + ?Sized>(disk: &D) -> io::Result<()> {
     disk.write_out(len, 0)?;
     assert_image(disk, &model)?;
 
+    // A prefetch hint, inside the disk, across its end or empty, changes nothing either.
+    disk.prefetch(4000, 30_000)?;
+    disk.prefetch(len - 100, 4096)?;
+    disk.prefetch(len, 0)?;
+    assert_image(disk, &model)?;
+
     disk.sync()?;
     assert_image(disk, &model)?;
 

@@ -236,6 +236,39 @@ fn random_access_reads_no_pages_ahead() -> io::Result<()> {
 }
 
 #[test]
+fn prefetch_brings_the_range_into_the_page_cache() -> io::Result<()> {
+    let dir = tempdir()?;
+    let path = disk_path(&dir);
+    let size = 4096 * KIB;
+    let data = pattern(size as usize, 7);
+    // Random access, so no read-ahead of its own brings pages in: what arrives is the hint's.
+    let disk = FileDisk::open(&path, &OpenOptions::new().create(true).random(true))?;
+    disk.write_at(&data, 0)?;
+    evict(&path)?;
+    let (at, len) = (1024 * KIB, 64 * KIB);
+    disk.prefetch(at, len)?;
+    // The hint only queues the reads: wait (bounded) for them to land.
+    let want = (len / 4096) as usize;
+    let mut resident = 0;
+    for _ in 0..500 {
+        resident = resident_pages(&path, at, len as usize)?;
+        if resident == want {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    assert_eq!(
+        resident, want,
+        "pages of the hinted range in the page cache"
+    );
+    assert_eq!(resident_pages(&path, 2048 * KIB, 512 * KIB as usize)?, 0);
+    let mut block = vec![0u8; len as usize];
+    disk.read_at(&mut block, at)?;
+    assert_eq!(block, data[at as usize..(at + len) as usize]);
+    Ok(())
+}
+
+#[test]
 fn read_cached_serves_cached_pages_and_declines_the_rest() -> io::Result<()> {
     let dir = tempdir()?;
     let path = disk_path(&dir);
