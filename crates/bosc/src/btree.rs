@@ -552,16 +552,7 @@ impl BPlusTree {
                 .fetch_add(1, Ordering::Relaxed);
             let found = self.bosc.query(leaf.block(), |p| {
                 let v = LeafView::checked(leaf.block(), p)?;
-                let end = match v.search(&target) {
-                    Ok(i) => i + 1,
-                    Err(i) => i,
-                };
-                Ok::<_, Error>(
-                    (0..end)
-                        .rev()
-                        .map(|i| (v.key(i), v.value(i)))
-                        .find(|(k, _)| hi.is_none_or(|h| *k < h)),
-                )
+                Ok::<_, Error>(newest_in_leaf(&v, target, hi))
             })??;
             if let Some((k, v)) = found {
                 return Ok((k >= floor).then_some((k.timestamp, v)));
@@ -572,6 +563,58 @@ impl BPlusTree {
             hi = Some(fence);
         }
         Ok(None)
+    }
+
+    /// [`Self::newest_at_or_before`] for each of `lbas` (ascending) of `volume`: the answers
+    /// in their order. The targets one leaf holds are answered with one read of it under one
+    /// hold of the router (a read of a stretch of the past asks for tens of neighbouring
+    /// pieces, most in one leaf); a target whose answer lies in an earlier leaf is asked
+    /// alone after.
+    #[allow(clippy::type_complexity)]
+    pub fn newest_at_or_before_each(
+        &self,
+        volume: u32,
+        lbas: &[u64],
+        at: u64,
+    ) -> Result<Vec<Option<(u64, u64)>>, Error> {
+        debug_assert!(lbas.windows(2).all(|w| w[0] < w[1]), "lbas ascending");
+        let mut out = vec![None; lbas.len()];
+        let mut earlier = Vec::new();
+        {
+            let r = lock(&self.router);
+            r.check()?;
+            let mut i = 0;
+            while i < lbas.len() {
+                let (fence, leaf) = r.leaf_for(Key::new(volume, lbas[i], at))?;
+                let hi = r.next_fence(fence);
+                let j = i + lbas[i..]
+                    .iter()
+                    .take_while(|&&lba| hi.is_none_or(|h| Key::new(volume, lba, at) < h))
+                    .count();
+                self.stats
+                    .predecessor_leaves
+                    .fetch_add(1, Ordering::Relaxed);
+                self.bosc.query(leaf.block(), |p| {
+                    let v = LeafView::checked(leaf.block(), p)?;
+                    for k in i..j {
+                        let floor = Key::new(volume, lbas[k], 0);
+                        match newest_in_leaf(&v, Key::new(volume, lbas[k], at), hi) {
+                            Some((key, value)) => {
+                                out[k] = (key >= floor).then_some((key.timestamp, value));
+                            }
+                            None if fence > floor => earlier.push(k),
+                            None => {}
+                        }
+                    }
+                    Ok::<_, Error>(())
+                })??;
+                i = j.max(i + 1);
+            }
+        }
+        for k in earlier {
+            out[k] = self.newest_at_or_before(volume, lbas[k], at)?;
+        }
+        Ok(out)
     }
 
     pub fn bosc(&self) -> &Bosc<LeafApp> {
@@ -603,4 +646,17 @@ impl BPlusTree {
         );
         r.leaves.len() * entry + r.free.runs.capacity() * std::mem::size_of::<(u64, u64)>()
     }
+}
+
+/// The newest key of `v` at or before `target` and below `hi` (the next leaf's fence), with
+/// its value.
+fn newest_in_leaf(v: &LeafView<'_>, target: Key, hi: Option<Key>) -> Option<(Key, u64)> {
+    let end = match v.search(&target) {
+        Ok(i) => i + 1,
+        Err(i) => i,
+    };
+    (0..end)
+        .rev()
+        .map(|i| (v.key(i), v.value(i)))
+        .find(|(k, _)| hi.is_none_or(|h| *k < h))
 }

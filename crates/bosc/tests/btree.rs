@@ -133,6 +133,18 @@ fn run(seed: u64, steps: usize, budget: usize, read_ahead: bool) -> [u64; 6] {
                     oracle_newest(&o, k.volume, k.lba, at),
                     "as-of {k:?} {at}"
                 );
+                // The same question for a run of blocks from it, with one read a leaf.
+                let lbas: Vec<u64> = (k.lba..k.lba + 1 + rng.below(30)).collect();
+                let want: Vec<_> = lbas
+                    .iter()
+                    .map(|&lba| oracle_newest(&o, k.volume, lba, at))
+                    .collect();
+                assert_eq!(
+                    tree.newest_at_or_before_each(k.volume, &lbas, at).unwrap(),
+                    want,
+                    "as-of each {k:?}+{} {at}",
+                    lbas.len()
+                );
             }
             85..=95 => {
                 tree.bosc().commit_cycle().unwrap();

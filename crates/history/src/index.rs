@@ -344,10 +344,13 @@ impl LtIndex {
                 continue;
             }
             let shift = crate::pieces::RADIX_BITS * u32::from(level);
-            for index in (start >> shift)..=((end - 1) >> shift) {
-                let p = Piece { level, index };
-                let Some((vseq, v)) = self.tree.newest_at_or_before(volume, p.key_lba(), at)?
-                else {
+            let pieces: Vec<Piece> = ((start >> shift)..=((end - 1) >> shift))
+                .map(|index| Piece { level, index })
+                .collect();
+            let lbas: Vec<u64> = pieces.iter().map(|p| p.key_lba()).collect();
+            let found = self.tree.newest_at_or_before_each(volume, &lbas, at)?;
+            for (p, found) in pieces.iter().zip(found) {
+                let Some((vseq, v)) = found else {
                     continue;
                 };
                 let lo = p.first_sector().max(start);
