@@ -81,9 +81,11 @@ impl ChunkPrefetch {
         touch
     }
 
-    /// [`Self::touch`], and the hint itself when it says so. Only a hint: a device that
-    /// cannot take it is not an error here (the read that follows reports what is wrong).
-    pub(crate) fn before_read(
+    /// [`Self::touch`] for a read just made, and the hint itself when it says so: after the
+    /// read, so the read that finds a chunk dense waits only for its own bytes, not for the
+    /// whole chunk (a random reader at depth 1 would, at each chunk's second read), and the
+    /// rest arrives behind it. Only a hint: a device that cannot take it is not an error here.
+    pub(crate) fn after_read(
         &self,
         disk: &dyn Disk,
         dev: usize,

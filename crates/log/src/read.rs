@@ -116,11 +116,12 @@ impl Log {
         let joint = RECORD_HEADER_LEN + out.len();
         let mut first = None;
         if joint <= JOINT_READ {
-            prefetch.before_read(disk.as_ref(), dev, addr.offset(), joint, now);
             let mut both = vec![0u8; joint];
             // A failure here (a part past the device's end, say) is left to the reads below
             // to report as such.
-            if read_unaligned(disk.as_ref(), &mut both, addr.offset()).is_ok() {
+            let read = read_unaligned(disk.as_ref(), &mut both, addr.offset());
+            prefetch.after_read(disk.as_ref(), dev, addr.offset(), joint, now);
+            if read.is_ok() {
                 let mut hb = [0u8; RECORD_HEADER_LEN];
                 hb.copy_from_slice(&both[..RECORD_HEADER_LEN]);
                 let h = check(&hb)?;
@@ -148,8 +149,8 @@ impl Log {
             });
         }
         let at = addr.offset() + RECORD_HEADER_LEN as u64 + (offset - h.offset);
-        prefetch.before_read(disk.as_ref(), dev, at, out.len(), now);
         read_unaligned(disk.as_ref(), out, at).map_err(io)?;
+        prefetch.after_read(disk.as_ref(), dev, at, out.len(), now);
         self.unchanged(disk.as_ref(), addr, &before, header)
     }
 
