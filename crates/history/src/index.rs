@@ -344,12 +344,13 @@ impl LtIndex {
                 continue;
             }
             let shift = crate::pieces::RADIX_BITS * u32::from(level);
-            let pieces: Vec<Piece> = ((start >> shift)..=((end - 1) >> shift))
-                .map(|index| Piece { level, index })
+            let first = start >> shift;
+            let lbas: Vec<u64> = (first..=((end - 1) >> shift))
+                .map(|index| Piece { level, index }.key_lba())
                 .collect();
-            let lbas: Vec<u64> = pieces.iter().map(|p| p.key_lba()).collect();
             let found = self.tree.newest_at_or_before_each(volume, &lbas, at)?;
-            for (p, found) in pieces.iter().zip(found) {
+            for (index, found) in (first..).zip(found) {
+                let p = Piece { level, index };
                 let Some((vseq, v)) = found else {
                     continue;
                 };
