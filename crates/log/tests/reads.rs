@@ -50,53 +50,26 @@ fn parts_of_records_come_back_and_wrong_ones_are_refused() {
             "part at {at}, {len} bytes"
         );
     }
-    // Another volume, another record's number: the record is not the one asked for.
-    let gone = |r: Result<(), LogError>| matches!(r, Err(LogError::Gone { .. }));
-    assert!(gone(log.read_part(
-        small.addr,
-        4,
-        small.volume_seq,
-        8192,
-        &mut out
-    )));
-    assert!(gone(log.read_part(
-        small.addr,
-        3,
-        big.volume_seq,
-        8192,
-        &mut out
-    )));
-    // Parts the record does not cover, before it, across its end, longer than it.
-    let corrupt = |r: Result<(), LogError>| matches!(r, Err(LogError::Corrupt { .. }));
-    assert!(corrupt(log.read_part(
-        small.addr,
-        3,
-        small.volume_seq,
-        4096,
-        &mut out
-    )));
-    assert!(corrupt(log.read_part(
-        small.addr,
-        3,
-        small.volume_seq,
-        8704,
-        &mut out
-    )));
-    let mut long = vec![0u8; 8192];
-    assert!(corrupt(log.read_part(
-        small.addr,
-        3,
-        small.volume_seq,
-        8192,
-        &mut long
-    )));
-    assert!(corrupt(log.read_part(
-        big.addr,
-        3,
-        big.volume_seq,
-        1 << 20,
-        &mut vec![0; 60 << 10]
-    )));
+    // Another volume, another record's number: the record is not the one asked for. Parts
+    // the record does not cover, before it, across its end, longer than it: corrupt.
+    type Refused = fn(&Result<(), LogError>) -> bool;
+    let gone: Refused = |r| matches!(r, Err(LogError::Gone { .. }));
+    let corrupt: Refused = |r| matches!(r, Err(LogError::Corrupt { .. }));
+    let refusals = [
+        (small.addr, 4, small.volume_seq, 8192, 4096, gone),
+        (small.addr, 3, big.volume_seq, 8192, 4096, gone),
+        (small.addr, 3, small.volume_seq, 4096, 4096, corrupt),
+        (small.addr, 3, small.volume_seq, 8704, 4096, corrupt),
+        (small.addr, 3, small.volume_seq, 8192, 8192, corrupt),
+        (big.addr, 3, big.volume_seq, 1 << 20, 60 << 10, corrupt),
+    ];
+    for (addr, volume, seq, at, len, refused) in refusals {
+        let read = log.read_part(addr, volume, seq, at, &mut vec![0; len]);
+        assert!(
+            refused(&read),
+            "volume {volume}, #{seq}, part at {at}, {len} bytes: {read:?}"
+        );
+    }
 }
 
 /// Records appended one after another lie back to back (each span leads to the next): one
